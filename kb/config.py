@@ -1,0 +1,226 @@
+"""Typed settings: `autoresearch.toml` in a workspace, validated with pydantic.
+
+Every field has a default except the target; errors name the file, the key and the reason in one line.
+Secrets (API keys) are never stored here: litellm reads them from the environment.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kb.errors import ConfigError
+
+CONFIG_NAME = "autoresearch.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TargetSettings(_Section):
+    path: str
+    """The target repository: a local path or a git URL (cloned into the workspace mirror)."""
+    baseline: str = "HEAD"
+    """The baseline ref as the user gave it."""
+    baseline_commit: str = ""
+    """The baseline ref resolved to a full sha at init time."""
+    build_cmd: str = "make -j$(nproc)"
+    """Shell command that builds the target inside a tree (the template's BUILD_CMD)."""
+    bench_script: str = "autoresearch.sh"
+    """Benchmark script (path in the target tree, or in the workspace): prints METRIC lines."""
+    checks_script: str = "autoresearch.checks.sh"
+    """Correctness checks script: exits non-zero on any regression."""
+    protect: list[str] = Field(default_factory=list)
+    """Extra protected paths (files or folders): a patch touching one is refused."""
+    paths_of_interest: list[str] = Field(default_factory=list)
+    """Folders whose changes matter (fork commits outside them are not mined)."""
+
+
+class GuardSettings(_Section):
+    metric: str
+    max_regression: float = 0.02
+    """Largest tolerated relative loss of this secondary metric (0.02 = 2%)."""
+
+
+class MetricSettings(_Section):
+    primary: str = "throughput"
+    direction: Literal["higher", "lower"] = "higher"
+    unit: str = ""
+    guards: list[GuardSettings] = Field(default_factory=list)
+
+    @field_validator("primary")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[\w.µ]+", value):
+            raise ValueError(f"metric name {value!r} must match [\\w.µ]+")
+        return value
+
+
+class PolicySettings(_Section):
+    min_effect: float = Field(0.01, ge=0.0, lt=1.0)
+    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    max_pairs: int = Field(80, ge=2)
+    min_pairs: int = Field(8, ge=2)
+    batch_pairs: int = Field(8, ge=1)
+    """Pairs per job: one job on a worker runs a batch of pairs; more pairs is another job."""
+    self_test_pairs: int = Field(8, ge=2)
+
+
+class SkyPilotSettings(_Section):
+    infra: str = ""
+    """SkyPilot infra, e.g. `aws`, `gcp/us-central1`, `kubernetes`, `slurm/<cluster>/<partition>`."""
+    cpus: str = "4+"
+    memory: str = ""
+    accelerators: str = ""
+    max_clusters: int = Field(2, ge=1)
+    price_per_hour: float | None = None
+    """Per-hour price override for infra that reports none (Slurm, Kubernetes)."""
+    noise_limit: float = 0.10
+    """A new worker whose A/A noise (per-sample CV) exceeds this is replaced."""
+    stagger_seconds: float = 20.0
+
+
+class FleetSettings(_Section):
+    backend: Literal["local", "skypilot"] = "local"
+    parallel: int = Field(2, ge=1)
+    skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
+
+
+class TimeoutSettings(_Section):
+    build: int = Field(900, ge=1)
+    bench: int = Field(300, ge=1)
+    check: int = Field(300, ge=1)
+
+
+class LLMSettings(_Section):
+    model: str = ""
+    """Any litellm model string; empty means no LLM (miners only)."""
+    api_base: str = ""
+    budget_usd: float = Field(5.0, ge=0.0)
+    timeout: float = Field(120.0, gt=0.0)
+    max_retries: int = Field(3, ge=0)
+    temperature: float = 0.2
+
+
+class BudgetSettings(_Section):
+    minutes: float | None = None
+    usd: float | None = None
+    max_experiments: int | None = None
+
+
+class HypothesesSettings(_Section):
+    require_approval: bool = False
+    """When true, mined and generated hypotheses wait in `proposed` until approved."""
+
+
+class InventoryRule(_Section):
+    """A project-specific fusion pattern: a regex whose named group `ops` lists the fused ops."""
+
+    pattern: str
+    backend_glob: str = ""
+    op_prefix: str = ""
+
+
+class InventorySettings(_Section):
+    target_backend: str = "cpu"
+    backends_root: str = ""
+    """Folder holding one folder per backend; empty means the ggml layout (`ggml/src/ggml-<name>/`)."""
+    backend_dir_pattern: str = ""
+    """Regex with a group `name` that picks backend folders under backends_root."""
+    rules: list[InventoryRule] = Field(default_factory=list)
+
+
+class KBSettings(_Section):
+    inventory: InventorySettings = Field(default_factory=InventorySettings)
+    fetch_timeout: float = 20.0
+    max_page_bytes: int = 5_000_000
+
+
+class Settings(_Section):
+    target: TargetSettings
+    metric: MetricSettings = Field(default_factory=MetricSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    hypotheses: HypothesesSettings = Field(default_factory=HypothesesSettings)
+    kb: KBSettings = Field(default_factory=KBSettings)
+
+
+def _explain(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
+
+
+def parse_settings(data: dict[str, Any], origin: str) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{origin}: {_explain(exc)}") from None
+
+
+def load_settings(path: Path) -> Settings:
+    """Read and validate a config file; every failure is one ConfigError line naming the file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML ({exc})") from None
+    return parse_settings(data, str(path))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _dump_table(prefix: str, data: dict[str, Any], out: list[str]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    arrays_of_tables = {
+        k: v for k, v in scalars.items() if isinstance(v, list) and v and isinstance(v[0], dict)
+    }
+    if scalars.keys() - arrays_of_tables.keys() or not tables:
+        out.append(f"[{prefix}]")
+        for key, value in scalars.items():
+            if key not in arrays_of_tables:
+                out.append(f"{key} = {_toml_value(value)}")
+        out.append("")
+    for key, rows in arrays_of_tables.items():
+        for row in rows:
+            out.append(f"[[{prefix}.{key}]]")
+            out.extend(f"{k} = {_toml_value(v)}" for k, v in row.items() if v is not None)
+            out.append("")
+    for key, value in tables.items():
+        _dump_table(f"{prefix}.{key}", value, out)
+
+
+def dump_settings(settings: Settings) -> str:
+    """Render settings as TOML (every section written out so users see what they can change)."""
+    out = ["# autoresearch workspace configuration. Reference: README.md, section Configuration.", ""]
+    for section, value in settings.model_dump(mode="json").items():
+        _dump_table(section, value, out)
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,161 @@
+"""The workspace database: one SQLite file (WAL), shared by the CLI, the runner and the TUI processes.
+
+Rules every caller follows:
+- one connection per thread (`connect()` again inside a worker thread; never share one);
+- the connection is in autocommit mode; writes that belong together go inside `transaction(db)`,
+  which takes the write lock up front (BEGIN IMMEDIATE) so two processes never deadlock upgrading;
+- inside a transaction use `db.execute` or the helpers below, not sqlite-utils' table.insert(),
+  which commits on its own and would end the transaction early.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from kb.errors import UserError
+
+BUSY_TIMEOUT_MS = 30_000
+DB_NAME = "autoresearch.db"
+
+
+def now() -> float:
+    """Timestamps are Unix seconds (REAL) everywhere in the schema."""
+    return time.time()
+
+
+def connect(path: Path, *, migrate_schema: bool = True, readonly: bool = False) -> sqlite_utils.Database:
+    """Open the database for this thread, check it is SQLite, and bring its schema up to date."""
+    if readonly:
+        if not path.exists():
+            raise UserError(f"{path}: no such database")
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+        )
+    else:
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    db = sqlite_utils.Database(conn)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if not readonly:
+            # WAL lets the TUI read while the runner writes; set once, persists in the file.
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = wal")
+            conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise UserError(f"{path}: not a usable SQLite database ({exc})") from None
+    if migrate_schema and not readonly:
+        from kb.migrations import migrate
+
+        migrate(db)
+    return db
+
+
+@contextmanager
+def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """All-or-nothing writes. Nested use becomes a savepoint."""
+    conn = db.conn
+    if conn.in_transaction:
+        name = f"sp_{id(object())}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield db
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
+        conn.execute(f"RELEASE {name}")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def insert(db: sqlite_utils.Database, table: str, row: Mapping[str, Any]) -> int:
+    """Insert one row (dicts and lists stored as JSON text) and return its rowid."""
+    columns = list(row)
+    sql = (
+        f"INSERT INTO [{table}] ({', '.join(f'[{c}]' for c in columns)}) "
+        f"VALUES ({', '.join('?' for _ in columns)})"
+    )
+    cursor = db.execute(sql, [_encode(row[c]) for c in columns])
+    rowid = cursor.lastrowid
+    assert rowid is not None
+    return rowid
+
+
+def update(db: sqlite_utils.Database, table: str, row_id: int, values: Mapping[str, Any]) -> None:
+    """Update columns of one row by id."""
+    if not values:
+        return
+    assignments = ", ".join(f"[{c}] = ?" for c in values)
+    db.execute(
+        f"UPDATE [{table}] SET {assignments} WHERE id = ?",
+        [*(_encode(v) for v in values.values()), row_id],
+    )
+
+
+def rows(db: sqlite_utils.Database, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+    """Run a query and return plain dicts."""
+    cursor = db.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+
+
+def one(db: sqlite_utils.Database, sql: str, params: Any = ()) -> dict[str, Any] | None:
+    found = rows(db, sql, params)
+    return found[0] if found else None
+
+
+def data_version(db: sqlite_utils.Database) -> int:
+    """Changes when another connection commits: the TUI polls this to refresh cheaply."""
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+
+def log_event(
+    db: sqlite_utils.Database,
+    kind: str,
+    message: str,
+    *,
+    level: str = "info",
+    run_id: int | None = None,
+    experiment_id: int | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> int:
+    """Append to the events table (the audit trail the CLI, TUI and report read)."""
+    return insert(
+        db,
+        "events",
+        {
+            "ts": now(),
+            "level": level,
+            "kind": kind,
+            "run_id": run_id,
+            "experiment_id": experiment_id,
+            "message": message,
+            "data": dict(data) if data else None,
+        },
+    )

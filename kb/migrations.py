@@ -1,0 +1,400 @@
+"""Numbered schema migrations, append-only, each applied in its own transaction.
+
+Like simonw/llm's migrations: a list of functions, each recorded by name in `_migrations` once it has
+run. Never edit a migration that has shipped; add a new one at the end. docs/schema.md is generated
+from the result (`python -m kb.schema_doc`), and a test checks it is current.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import sqlite_utils
+
+from kb.db import now, transaction
+
+Migration = Callable[[sqlite_utils.Database], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def _sql(db: sqlite_utils.Database, script: str) -> None:
+    # executescript() would COMMIT the migration's transaction; run statement by statement instead
+    # (complete_statement knows that a trigger body's `;` does not end the CREATE TRIGGER).
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            db.execute(buffer)
+            buffer = ""
+    if buffer.strip():
+        db.execute(buffer)
+
+
+@migration
+def m001_initial(db: sqlite_utils.Database) -> None:
+    _sql(
+        db,
+        """
+CREATE TABLE sources (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('paper', 'fork', 'inventory', 'note')),
+    name TEXT,                -- fork name, note title, inventory label
+    url TEXT,                 -- as given (URL, file path, git remote)
+    canonical_url TEXT,       -- papers: canonical URL; forks: remote URL
+    arxiv_id TEXT,
+    title TEXT,
+    authors TEXT,
+    published TEXT,
+    site TEXT,
+    language TEXT,
+    content_hash TEXT,        -- papers: sha256 of the extracted text
+    ref TEXT,                 -- forks: branch; inventory: path scanned
+    commit_sha TEXT,          -- forks: fork head; inventory: commit scanned
+    merge_base TEXT,          -- forks: merge base with the target baseline
+    meta TEXT,                -- JSON
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX sources_canonical ON sources (kind, canonical_url) WHERE canonical_url IS NOT NULL;
+CREATE INDEX sources_hash ON sources (content_hash);
+CREATE UNIQUE INDEX sources_fork_name ON sources (name) WHERE kind = 'fork';
+
+CREATE TABLE evidence (
+    id INTEGER PRIMARY KEY,   -- the evidence id hypotheses cite
+    source_id INTEGER NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    kind TEXT NOT NULL CHECK (kind IN ('passage', 'commit', 'fusion', 'gap', 'single_op', 'note')),
+    ref TEXT NOT NULL,        -- stable key within the source: passage number, sha, fusion key
+    title TEXT,               -- paper title, commit subject, fusion ops
+    section TEXT,             -- heading a passage sits under; backend of a fusion
+    position INTEGER,         -- passage order within the paper
+    body TEXT NOT NULL DEFAULT '',
+    meta TEXT,                -- JSON: file, line, present/missing backends, ...
+    created_at REAL NOT NULL,
+    UNIQUE (source_id, kind, ref)
+);
+CREATE INDEX evidence_kind ON evidence (kind);
+
+CREATE TABLE commits (
+    evidence_id INTEGER PRIMARY KEY REFERENCES evidence (id) ON DELETE CASCADE,
+    sha TEXT NOT NULL,
+    author TEXT,
+    authored_at TEXT,
+    subject TEXT NOT NULL,
+    message TEXT,
+    files TEXT NOT NULL,      -- JSON list of paths
+    insertions INTEGER NOT NULL DEFAULT 0,
+    deletions INTEGER NOT NULL DEFAULT 0,
+    diff TEXT,
+    diff_truncated INTEGER NOT NULL DEFAULT 0,
+    binary_files TEXT,        -- JSON list
+    patch_id TEXT,
+    upstreamed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX commits_sha ON commits (sha);
+
+CREATE TABLE commit_files (
+    evidence_id INTEGER NOT NULL REFERENCES evidence (id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    PRIMARY KEY (evidence_id, path)
+);
+CREATE INDEX commit_files_path ON commit_files (path);
+
+CREATE TABLE fusions (
+    evidence_id INTEGER PRIMARY KEY REFERENCES evidence (id) ON DELETE CASCADE,
+    backend TEXT NOT NULL,
+    ops TEXT NOT NULL,        -- e.g. RMS_NORM+MUL
+    kind TEXT NOT NULL CHECK (kind IN ('graph', 'single')),
+    file TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    commit_sha TEXT
+);
+CREATE INDEX fusions_ops ON fusions (ops, backend);
+
+CREATE TABLE hypotheses (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    rationale TEXT NOT NULL DEFAULT '',
+    expected_effect REAL,     -- relative improvement of the primary metric, 0.03 = +3%
+    risk TEXT,
+    confidence REAL,
+    cost REAL,
+    priority REAL NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'proposed'
+        CHECK (status IN ('proposed', 'approved', 'rejected', 'patched', 'unpatchable')),
+    origin TEXT NOT NULL DEFAULT 'manual',  -- manual, miner:gap, miner:fork, llm, import
+    dedupe_key TEXT,          -- miners: idempotence key
+    llm_call_id INTEGER REFERENCES llm_calls (id),
+    notes TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX hypotheses_dedupe ON hypotheses (dedupe_key) WHERE dedupe_key IS NOT NULL;
+CREATE INDEX hypotheses_status ON hypotheses (status, priority);
+
+CREATE TABLE hypothesis_evidence (
+    hypothesis_id INTEGER NOT NULL REFERENCES hypotheses (id) ON DELETE CASCADE,
+    evidence_id INTEGER NOT NULL REFERENCES evidence (id),
+    note TEXT,
+    PRIMARY KEY (hypothesis_id, evidence_id)
+);
+CREATE INDEX hypothesis_evidence_evidence ON hypothesis_evidence (evidence_id);
+
+CREATE TABLE hypothesis_sources (
+    -- free-form provenance for manual hypotheses: URL, fork:NAME@SHA, gap:ID, note:TEXT
+    hypothesis_id INTEGER NOT NULL REFERENCES hypotheses (id) ON DELETE CASCADE,
+    ref TEXT NOT NULL,
+    PRIMARY KEY (hypothesis_id, ref)
+);
+
+CREATE TABLE patches (
+    id INTEGER PRIMARY KEY,
+    hypothesis_id INTEGER NOT NULL REFERENCES hypotheses (id),
+    diff TEXT NOT NULL,
+    diff_sha TEXT NOT NULL,   -- sha256 of the diff text
+    files TEXT NOT NULL,      -- JSON list of touched paths
+    author_kind TEXT NOT NULL CHECK (author_kind IN ('manual', 'fork_commit', 'llm')),
+    author TEXT,              -- fork commit sha, model name, or file name
+    llm_call_id INTEGER REFERENCES llm_calls (id),
+    apply_status TEXT,        -- ok, conflict, unchecked
+    apply_error TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX patches_hypothesis ON patches (hypothesis_id);
+
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL CHECK (status IN ('running', 'paused', 'finished', 'failed', 'interrupted')),
+    branch TEXT,              -- autoresearch/<name>
+    baseline_commit TEXT,     -- the original baseline
+    head_commit TEXT,         -- baseline + winners so far
+    backend TEXT NOT NULL DEFAULT 'local',
+    policy TEXT,              -- JSON: min_effect, alpha, max_pairs, direction, metric
+    budget TEXT,              -- JSON
+    options TEXT,             -- JSON: the run's command-line options (for --resume)
+    pid INTEGER,
+    host TEXT,
+    noise_floor REAL,
+    self_test TEXT,           -- JSON: A/A result
+    summary TEXT,             -- JSON: final stack and ablation results
+    cost_usd REAL NOT NULL DEFAULT 0,
+    error TEXT,
+    imported_from TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    heartbeat_at REAL
+);
+
+CREATE TABLE waves (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    number INTEGER NOT NULL,
+    baseline_commit TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'finished', 'cancelled')),
+    reflection_evidence_id INTEGER REFERENCES evidence (id),
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    UNIQUE (run_id, number)
+);
+
+CREATE TABLE workers (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER REFERENCES runs (id) ON DELETE SET NULL,
+    name TEXT NOT NULL,       -- local slot name or SkyPilot cluster name
+    backend TEXT NOT NULL CHECK (backend IN ('local', 'skypilot')),
+    status TEXT NOT NULL DEFAULT 'provisioning'
+        CHECK (status IN ('provisioning', 'qualifying', 'ready', 'busy', 'down', 'lost', 'failed')),
+    resources TEXT,           -- JSON
+    noise REAL,               -- A/A per-sample CV measured when qualifying
+    price_per_hour REAL,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    meta TEXT,                -- JSON (cluster handle info, reason of failure)
+    started_at REAL NOT NULL,
+    ended_at REAL
+);
+
+CREATE TABLE experiments (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    wave_id INTEGER REFERENCES waves (id),
+    patch_id INTEGER REFERENCES patches (id),  -- NULL for the A/A self-test
+    kind TEXT NOT NULL DEFAULT 'candidate'
+        CHECK (kind IN ('candidate', 'self_test', 'stack', 'ablation', 'final')),
+    title TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued' CHECK (status IN (
+        'queued', 'running', 'kept', 'discarded', 'inconclusive', 'checks_failed',
+        'crashed', 'refused', 'cancelled', 'lost')),
+    phase TEXT CHECK (phase IN ('setup', 'build', 'bench', 'checks')),
+    reason TEXT,              -- crashed: build, benchmark, timeout, no_metric, does_not_apply; refused: path
+    worker_id INTEGER REFERENCES workers (id),
+    baseline_commit TEXT,
+    candidate_commit TEXT,
+    retry_of INTEGER REFERENCES experiments (id),
+    log_dir TEXT,
+    batches INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    meta TEXT,                -- JSON (e.g. which winners a stack/ablation contains)
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL
+);
+CREATE INDEX experiments_run ON experiments (run_id, status);
+CREATE INDEX experiments_patch ON experiments (patch_id);
+
+CREATE TABLE samples (
+    id INTEGER PRIMARY KEY,
+    experiment_id INTEGER NOT NULL REFERENCES experiments (id) ON DELETE CASCADE,
+    pair INTEGER NOT NULL,    -- pair number within the experiment, from 0
+    side TEXT NOT NULL CHECK (side IN ('A', 'B')),  -- A = baseline, B = candidate
+    metric TEXT NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,  -- sample order within one invocation
+    value REAL NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (experiment_id, pair, side, metric, seq)
+);
+
+CREATE TABLE decisions (
+    id INTEGER PRIMARY KEY,
+    experiment_id INTEGER NOT NULL REFERENCES experiments (id) ON DELETE CASCADE,
+    verdict TEXT NOT NULL CHECK (verdict IN ('keep', 'discard', 'inconclusive', 'continue')),
+    metric TEXT NOT NULL,
+    effect REAL,
+    ci_low REAL,
+    ci_high REAL,
+    pairs INTEGER NOT NULL,
+    p_value REAL,
+    q_value REAL,
+    noise REAL,
+    reason TEXT,
+    policy TEXT,              -- JSON of the policy that decided
+    metrics TEXT,             -- JSON: per-metric medians and effects
+    is_final INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX decisions_experiment ON decisions (experiment_id, id);
+
+CREATE TABLE winners (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    experiment_id INTEGER NOT NULL UNIQUE REFERENCES experiments (id),
+    commit_sha TEXT NOT NULL,
+    patch_file TEXT,
+    position INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE llm_calls (
+    id INTEGER PRIMARY KEY,
+    purpose TEXT NOT NULL,    -- research, patch, reflect, queries
+    model TEXT NOT NULL,
+    api_base TEXT,
+    prompt TEXT NOT NULL,     -- JSON list of messages
+    response TEXT,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    cost_usd REAL,
+    duration_ms INTEGER,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    error TEXT,
+    run_id INTEGER REFERENCES runs (id),
+    hypothesis_id INTEGER REFERENCES hypotheses (id),
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    level TEXT NOT NULL CHECK (level IN ('debug', 'info', 'warning', 'error')),
+    kind TEXT NOT NULL,
+    run_id INTEGER,
+    experiment_id INTEGER,
+    message TEXT NOT NULL,
+    data TEXT
+);
+CREATE INDEX events_run ON events (run_id, id);
+
+CREATE TABLE commands (
+    -- steering: the TUI and CLI write, the runner executes and marks done
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN (
+        'approve', 'reject', 'prioritize', 'pause', 'resume', 'stop', 'cancel')),
+    target_kind TEXT CHECK (target_kind IN ('hypothesis', 'experiment', 'run')),
+    target_id INTEGER,
+    args TEXT,                -- JSON
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'failed')),
+    result TEXT,
+    created_at REAL NOT NULL,
+    handled_at REAL
+);
+CREATE INDEX commands_pending ON commands (status, id)
+""",
+    )
+
+
+@migration
+def m002_search(db: sqlite_utils.Database) -> None:
+    """Full-text search over all evidence (papers, commits, fusions, notes), kept in sync by triggers.
+
+    unicode61 with `_` as a token character keeps code identifiers (`ggml_can_fuse`) whole and
+    matches any script (Cyrillic included); remove_diacritics folds accents.
+    """
+    _sql(
+        db,
+        """
+CREATE VIRTUAL TABLE evidence_fts USING fts5 (
+    title, section, body,
+    content = 'evidence', content_rowid = 'id',
+    tokenize = "unicode61 remove_diacritics 2 tokenchars '_'"
+);
+CREATE TRIGGER evidence_ai AFTER INSERT ON evidence BEGIN
+    INSERT INTO evidence_fts (rowid, title, section, body)
+    VALUES (new.id, new.title, new.section, new.body);
+END;
+CREATE TRIGGER evidence_ad AFTER DELETE ON evidence BEGIN
+    INSERT INTO evidence_fts (evidence_fts, rowid, title, section, body)
+    VALUES ('delete', old.id, old.title, old.section, old.body);
+END;
+CREATE TRIGGER evidence_au AFTER UPDATE ON evidence BEGIN
+    INSERT INTO evidence_fts (evidence_fts, rowid, title, section, body)
+    VALUES ('delete', old.id, old.title, old.section, old.body);
+    INSERT INTO evidence_fts (rowid, title, section, body)
+    VALUES (new.id, new.title, new.section, new.body);
+END;
+INSERT INTO evidence_fts (evidence_fts) VALUES ('rebuild')
+""",
+    )
+
+
+def applied(db: sqlite_utils.Database) -> set[str]:
+    if "_migrations" not in db.table_names():
+        return set()
+    return {row[0] for row in db.execute("SELECT name FROM _migrations").fetchall()}
+
+
+def migrate(db: sqlite_utils.Database, *, upto: str | None = None) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return the names applied.
+
+    `upto` stops after the named migration (tests use it to build an older schema).
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+    done = applied(db)
+    ran: list[str] = []
+    for fn in MIGRATIONS:
+        name = fn.__name__
+        if name not in done:
+            with transaction(db):
+                # Re-check under the write lock: another process may have just migrated.
+                if db.execute("SELECT 1 FROM _migrations WHERE name = ?", [name]).fetchone():
+                    continue
+                fn(db)
+                db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [name, now()])
+            ran.append(name)
+        if upto is not None and name == upto:
+            break
+    return ran

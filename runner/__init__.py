@@ -1,0 +1,1 @@
+"""The loop: hypotheses, the LLM, patches, fleets, waves, statistics, winners and provenance."""

@@ -1,0 +1,1 @@
+"""The faces: the command line (tui.cli) and the Textual app (tui.app)."""

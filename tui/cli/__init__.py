@@ -1,0 +1,86 @@
+"""The `autoresearch` command line.
+
+Subcommands live in their own modules and are imported only when invoked, so `autoresearch --help`
+stays fast: nothing heavy (litellm, sky, textual, trafilatura, git) is imported on that path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from kb.errors import UserError
+
+# name -> (module, attribute, one-line help). The help is repeated here so `--help` need not import.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("tui.cli.init_cmd", "cli", "Create a workspace for a target repository."),
+    "kb": ("tui.cli.kb_cmd", "cli", "Knowledge base: papers, forks, backend inventory, search."),
+    "hypotheses": ("tui.cli.hypotheses_cmd", "cli", "Mine, generate, list and steer hypotheses."),
+    "queue": ("tui.cli.queue_cmd", "cli", "Add patches to the experiment queue by hand."),
+    "run": ("tui.cli.run_cmd", "cli", "Run experiment waves (or --resume an interrupted run)."),
+    "history": ("tui.cli.history_cmd", "history", "Runs, waves, experiments, decisions, samples."),
+    "report": ("tui.cli.history_cmd", "report", "Write a run's report (markdown or HTML)."),
+    "redecide": ("tui.cli.history_cmd", "redecide", "Re-decide a past run under another policy."),
+    "import": ("tui.cli.history_cmd", "import_", "Import an autoresearch.jsonl log into history."),
+    "analyze": ("tui.cli.analyze_cmd", "cli", "Decide keep/discard offline from raw samples."),
+    "llm": ("tui.cli.llm_cmd", "cli", "LLM calls log."),
+    "fleet": ("tui.cli.fleet_cmd", "cli", "Fleet workers and clusters: status, down."),
+    "tui": ("tui.cli.tui_cmd", "cli", "Open the Textual console on a workspace."),
+    "demo": ("tui.cli.demo_cmd", "cli", "Run the whole loop on the bundled example target."),
+    "doctor": ("tui.cli.doctor_cmd", "cli", "Print paths, versions and terminal settings."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module_name, attr, _ = spec
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            # One line, naming the input and the reason; exit status 1.
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(file_okay=False, path_type=str),
+    envvar="AUTORESEARCH_WORKSPACE",
+    help="Workspace folder (default: $AUTORESEARCH_WORKSPACE, else the current folder upwards).",
+)
+@click.version_option(package_name="autoresearch")
+@click.pass_context
+def main(ctx: click.Context, workspace: str | None) -> None:
+    """autoresearch: read first, then patch, then measure honestly.
+
+    A literature-guided autoresearch console: a knowledge base of papers, fork diffs and backend
+    fusion gaps; a hypothesis queue; experiment waves on a local fleet or SkyPilot clusters, with
+    paired statistics that survive noise; winners kept with provenance.
+    """
+    ctx.obj = {"workspace": workspace}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
