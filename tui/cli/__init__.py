@@ -6,16 +6,13 @@ stays fast: nothing heavy (litellm, sky, textual, trafilatura, git) is imported 
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 import click
 
-from kb.errors import UserError
+from tui.cli.lazy import CommandMap, LazyGroup
 
-# name -> (module, attribute, one-line help). The help is repeated here so `--help` need not import.
-COMMANDS: dict[str, tuple[str, str, str]] = {
+COMMANDS: CommandMap = {
     "init": ("tui.cli.init_cmd", "cli", "Create a workspace for a target repository."),
     "kb": ("tui.cli.kb_cmd", "cli", "Knowledge base: papers, forks, backend inventory, search."),
     "hypotheses": ("tui.cli.hypotheses_cmd", "cli", "Mine, generate, list and steer hypotheses."),
@@ -34,35 +31,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        spec = COMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        module_name, attr, _ = spec
-        command = getattr(importlib.import_module(module_name), attr)
-        assert isinstance(command, click.Command)
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except UserError as exc:
-            # One line, naming the input and the reason; exit status 1.
-            raise click.ClickException(str(exc)) from None
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--workspace",
     "-w",

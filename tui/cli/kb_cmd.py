@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
+from tui.cli.lazy import CommandMap, LazyGroup
+
 # name -> (module, attribute, help); imported on use so `autoresearch kb --help` stays fast.
-SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+SUBCOMMANDS: CommandMap = {
     "add-paper": ("tui.cli.kb_papers_cmd", "add_paper", "Ingest papers and articles (URL, file, folder)."),
     "papers": ("tui.cli.kb_papers_cmd", "papers", "List ingested papers."),
     "search": ("tui.cli.kb_papers_cmd", "search", "Full-text search over all evidence."),
@@ -20,23 +20,6 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class _KBGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(SUBCOMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        spec = SUBCOMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        command = getattr(importlib.import_module(spec[0]), spec[1])
-        assert isinstance(command, click.Command)
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, spec[2]) for name, spec in SUBCOMMANDS.items()])
-
-
-@click.group("kb", cls=_KBGroup)
+@click.group("kb", cls=LazyGroup, lazy_commands=SUBCOMMANDS)
 def cli() -> None:
     """Knowledge base: papers, fork diffs, backend fusion inventory, full-text search."""
