@@ -1,0 +1,212 @@
+"""The hypothesis queue: typed access to hypotheses, their evidence and their patches.
+
+Everything that adds to or steers the queue (the CLI's `queue add`, the miners, the LLM research
+phase, the TUI through commands) goes through these functions, so statuses and provenance stay
+consistent. Statuses are those of DESIGN.md: proposed -> approved | rejected; an approved
+hypothesis without a patch goes to the patch writer -> patched | unpatchable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlite_utils
+
+from kb.db import insert, now, one, rows, transaction, update
+from kb.errors import UserError
+
+HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable"]
+STATUSES: tuple[str, ...] = ("proposed", "approved", "rejected", "patched", "unpatchable")
+PatchAuthor = Literal["manual", "fork_commit", "llm"]
+
+_DIFF_PATH = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    id: int
+    title: str
+    rationale: str
+    status: str
+    priority: float
+    origin: str
+    expected_effect: float | None
+    risk: str | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Hypothesis:
+        return cls(
+            id=row["id"],
+            title=row["title"],
+            rationale=row["rationale"],
+            status=row["status"],
+            priority=row["priority"],
+            origin=row["origin"],
+            expected_effect=row["expected_effect"],
+            risk=row["risk"],
+            created_at=row["created_at"],
+        )
+
+
+def diff_files(diff: str) -> list[str]:
+    """Paths a unified diff touches (both sides of a rename), in order, without /dev/null."""
+    seen: dict[str, None] = {}
+    for path in _DIFF_PATH.findall(diff):
+        if path != "/dev/null":
+            seen.setdefault(path, None)
+    for match in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", diff, re.MULTILINE):
+        seen.setdefault(match.group(1), None)
+        seen.setdefault(match.group(2), None)
+    return list(seen)
+
+
+def add_hypothesis(
+    db: sqlite_utils.Database,
+    title: str,
+    *,
+    rationale: str = "",
+    origin: str = "manual",
+    status: HypothesisStatus = "proposed",
+    priority: float = 0.0,
+    expected_effect: float | None = None,
+    risk: str | None = None,
+    confidence: float | None = None,
+    cost: float | None = None,
+    dedupe_key: str | None = None,
+    llm_call_id: int | None = None,
+    evidence_ids: Iterable[int] = (),
+    source_refs: Iterable[str] = (),
+) -> int | None:
+    """Add a hypothesis with its evidence links. With a dedupe_key already present, adds nothing
+    and returns None (miners re-run idempotently)."""
+    if not title.strip():
+        raise UserError("hypothesis title: must not be empty")
+    with transaction(db):
+        if dedupe_key is not None and one(
+            db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key]
+        ):
+            return None
+        stamp = now()
+        hid = insert(
+            db,
+            "hypotheses",
+            {
+                "title": title.strip(),
+                "rationale": rationale,
+                "origin": origin,
+                "status": status,
+                "priority": priority,
+                "expected_effect": expected_effect,
+                "risk": risk,
+                "confidence": confidence,
+                "cost": cost,
+                "dedupe_key": dedupe_key,
+                "llm_call_id": llm_call_id,
+                "created_at": stamp,
+                "updated_at": stamp,
+            },
+        )
+        for evidence_id in evidence_ids:
+            if not one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]):
+                raise UserError(f"evidence {evidence_id}: no such evidence id")
+            db.execute(
+                "INSERT OR IGNORE INTO hypothesis_evidence (hypothesis_id, evidence_id) VALUES (?, ?)",
+                [hid, evidence_id],
+            )
+        for ref in source_refs:
+            db.execute(
+                "INSERT OR IGNORE INTO hypothesis_sources (hypothesis_id, ref) VALUES (?, ?)", [hid, ref]
+            )
+    return hid
+
+
+def add_patch(
+    db: sqlite_utils.Database,
+    hypothesis_id: int,
+    diff: str,
+    *,
+    author_kind: PatchAuthor,
+    author: str | None = None,
+    llm_call_id: int | None = None,
+    apply_status: str = "unchecked",
+    apply_error: str | None = None,
+) -> int:
+    """Attach a unified diff to a hypothesis (which becomes `patched`)."""
+    files = diff_files(diff)
+    if not files:
+        raise UserError(f"patch for hypothesis {hypothesis_id}: not a unified diff (no file headers)")
+    with transaction(db):
+        pid = insert(
+            db,
+            "patches",
+            {
+                "hypothesis_id": hypothesis_id,
+                "diff": diff,
+                "diff_sha": hashlib.sha256(diff.encode()).hexdigest(),
+                "files": files,
+                "author_kind": author_kind,
+                "author": author,
+                "llm_call_id": llm_call_id,
+                "apply_status": apply_status,
+                "apply_error": apply_error,
+                "created_at": now(),
+            },
+        )
+        hyp = get(db, hypothesis_id)
+        # A patch moves an approved hypothesis on; a proposed one stays proposed until approved.
+        if hyp.status in ("approved", "unpatchable"):
+            set_status(db, hypothesis_id, "patched")
+    return pid
+
+
+def get(db: sqlite_utils.Database, hypothesis_id: int) -> Hypothesis:
+    row = one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+    if row is None:
+        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    return Hypothesis.from_row(row)
+
+
+def set_status(db: sqlite_utils.Database, hypothesis_id: int, status: HypothesisStatus) -> None:
+    if status not in STATUSES:
+        raise UserError(f"status {status!r}: must be one of {', '.join(STATUSES)}")
+    get(db, hypothesis_id)
+    update(db, "hypotheses", hypothesis_id, {"status": status, "updated_at": now()})
+
+
+def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:
+    get(db, hypothesis_id)
+    update(db, "hypotheses", hypothesis_id, {"priority": priority, "updated_at": now()})
+
+
+def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+    return one(
+        db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id]
+    )
+
+
+def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[str, Any]]:
+    """Patches ready for a wave, best first: the latest patch of each hypothesis that may run and has
+    no finished or live experiment for that patch yet."""
+    allowed: Sequence[str] = (
+        ("approved", "patched") if require_approval else ("proposed", "approved", "patched")
+    )
+    marks = ", ".join("?" for _ in allowed)
+    return rows(
+        db,
+        f"""
+        SELECT p.*, h.title AS hypothesis_title, h.priority AS priority
+        FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
+        WHERE h.status IN ({marks})
+          AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+          AND NOT EXISTS (
+              -- a lost experiment is re-queued as a new one, so it does not count here
+              SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')
+        ORDER BY h.priority DESC, h.id
+        """,
+        list(allowed),
+    )
