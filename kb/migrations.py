@@ -38,6 +38,7 @@ def _sql(db: sqlite_utils.Database, script: str) -> None:
 
 @migration
 def m001_initial(db: sqlite_utils.Database) -> None:
+    """Core tables: sources, evidence, hypotheses, patches, runs, waves, experiments, samples, ..."""
     _sql(
         db,
         """

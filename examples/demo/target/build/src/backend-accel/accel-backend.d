@@ -1,0 +1,3 @@
+build/src/backend-accel/accel-backend.o: \
+ src/backend-accel/accel-backend.c include/demo.h
+include/demo.h:

@@ -1,0 +1,2 @@
+build/src/graph.o: src/graph.c include/demo.h
+include/demo.h:

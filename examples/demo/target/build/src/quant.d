@@ -1,0 +1,2 @@
+build/src/quant.o: src/quant.c include/demo.h
+include/demo.h:

@@ -1,0 +1,2 @@
+build/src/ref.o: src/ref.c include/demo.h
+include/demo.h:

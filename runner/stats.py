@@ -1,0 +1,622 @@
+"""Keep, discard or inconclusive: statistics that survive noisy shared machines.
+
+Pure Python and the standard library; no numpy or scipy on this path.
+
+Method, and why
+---------------
+*Effect scale.* A pair is one baseline (A) value and one candidate (B) value measured back to back
+on one worker. Each pair gives a log ratio ``d = log(B/A)`` (direction ``higher``) or
+``log(A/B)`` (direction ``lower``), so a positive ``d`` is always an improvement. Slow drift of
+the machine multiplies both sides of a pair alike and cancels in the ratio. Effects are reported
+on the relative scale, ``exp(d) - 1``: +0.03 means 3% better.
+
+*Estimator.* The 20% trimmed mean of the log ratios with the Tukey-McLaughlin interval (Yuen's
+winsorized standard error, Student t with ``h - 1`` degrees of freedom, ``h`` the pairs left after
+trimming). A noisy neighbour makes a single sample 30% slower now and then; such a pair lands in a
+tail of ``d`` and is trimmed away, while the trimmed mean keeps most of the efficiency of the plain
+mean on clean data. On the noise model of ``benchmarks/bench_decisions.py`` it beat the
+Hodges-Lehmann estimator, Huber and biweight M-estimators and the median (smallest spread at 80
+pairs), and it costs one sort, so the runner can call it after every batch.
+
+*Repeated looks.* The runner measures in batches and asks after each whether to stop; testing
+every look at the full alpha would inflate false keeps. The policy plans its looks (``min_pairs``,
+then every ``batch`` pairs, up to ``max_pairs``) and splits alpha across them Bonferroni-style:
+look ``j`` gets the share ``t_j**3 - t_(j-1)**3`` of alpha, with ``t_j = pairs_j / max_pairs``.
+The shares sum to one, so by the union bound the chance of a false keep over all looks stays below
+alpha whatever the correlation between looks. The cubic weights spend little early (only a large
+effect stops a run after 8 or 16 pairs) and keep most of alpha for the last looks, where a small
+effect needs it. Each look reports the interval at its own level ``1 - share * alpha`` (a repeated
+confidence interval: all of them cover the true effect at once with probability >= 1 - alpha);
+keep and discard are both read from it. The guarantee needs the runner to look at most once per
+planned look; a look at a pair count between two planned looks counts as the next planned look.
+``Policy(sequential=False)`` is a single look with the whole alpha, for a fixed-size experiment
+analysed once.
+
+*p-values.* ``p_value`` is the one-sided p-value of "effect > 0", doubled (so it compares with
+alpha as the two-sided interval does) and divided by the look's share of alpha: ``p_value <=
+alpha`` exactly when the look's interval lies above zero. Across a wave, ``q_value`` is the
+Benjamini-Hochberg adjustment of those p-values over every experiment of the wave, and a keep needs
+``q_value <= alpha``: false discoveries are controlled across the wave.
+
+*Verdicts.* ``keep`` when significant (as above) and the estimate is at least ``min_effect``;
+``discard`` when the whole interval lies below ``min_effect``; otherwise ``continue`` (add pairs),
+which becomes ``inconclusive`` at the cap or when the caller says the look is final.
+
+*Unpaired samples* (``decide_unpaired``): Yuen's two-sample trimmed-means test on log values,
+Welch-Satterthwaite degrees of freedom, one look.
+
+*Guards* (``apply_guards``): a keep whose guard metric is significantly worse than its limit (the
+whole interval of the guard metric's effect lies below ``-max_loss``) becomes a discard.
+
+*Noise* (``noise``): the per-sample coefficient of variation of one side. *A/A self-test*
+(``self_test``): baseline against baseline; "no difference" means the interval contains 0, and the
+interval's half-width is the noise floor, the smallest effect this setup can resolve.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Literal, TypeVar
+
+from kb.errors import UserError
+
+Direction = Literal["higher", "lower"]
+Verdict = Literal["keep", "discard", "inconclusive", "continue"]
+
+K = TypeVar("K", bound=Hashable)
+
+#: Fraction trimmed from each tail of the log ratios.
+TRIM = 0.2
+#: Exponent of the alpha-spending weights over the planned looks (see the module docstring).
+SPENDING_POWER = 3.0
+#: Fewest values (pairs, or samples per side) an interval can be computed from.
+MIN_VALUES = 3
+
+_STATUS: dict[str, str] = {"keep": "kept", "discard": "discarded", "inconclusive": "inconclusive"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How an experiment is judged. Defaults follow the design: 1% minimum effect, 95%, 80 pairs."""
+
+    min_effect: float = 0.01
+    """Smallest relative improvement worth keeping (0.01 = 1%)."""
+    alpha: float = 0.05
+    """Error rate: intervals are at 1 - alpha overall; false keeps stay below alpha / 2."""
+    max_pairs: int = 80
+    """The cap: at this many pairs an undecided experiment is inconclusive."""
+    min_pairs: int = 8
+    """Pairs of the first look; no verdict before it."""
+    batch: int = 8
+    """Pairs added between two looks."""
+    direction: Direction = "higher"
+    """Whether a higher value of the metric is better (throughput) or a lower one (time)."""
+    fdr: bool = True
+    """Control the false discovery rate across the experiments of a wave (Benjamini-Hochberg)."""
+    sequential: bool = True
+    """Split alpha over the planned looks; False: one look at the whole alpha."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise UserError(f"alpha {self.alpha}: must lie between 0 and 1")
+        if not 0 <= self.min_effect < 1:
+            raise UserError(f"min_effect {self.min_effect}: must lie in [0, 1)")
+        if self.min_pairs < MIN_VALUES:
+            raise UserError(f"min_pairs {self.min_pairs}: must be at least {MIN_VALUES}")
+        if self.max_pairs < self.min_pairs:
+            raise UserError(
+                f"max_pairs {self.max_pairs}: must be at least min_pairs ({self.min_pairs})"
+            )
+        if self.batch < 1:
+            raise UserError(f"batch {self.batch}: must be at least 1")
+        if self.direction not in ("higher", "lower"):
+            raise UserError(f"direction {self.direction!r}: must be 'higher' or 'lower'")
+
+    def looks(self) -> tuple[int, ...]:
+        """Pair counts at which the runner should ask for a decision: min_pairs, +batch, ..., cap."""
+        return _looks(self.min_pairs, self.batch, self.max_pairs)
+
+    def look_share(self, pairs: int) -> float:
+        """Share of alpha spent at the look that `pairs` pairs count as (1.0 for a single look)."""
+        if not self.sequential:
+            return 1.0
+        looks = self.looks()
+        index = next((i for i, n in enumerate(looks) if n >= pairs), len(looks) - 1)
+        before = looks[index - 1] / self.max_pairs if index else 0.0
+        now = looks[index] / self.max_pairs
+        return float(now**SPENDING_POWER - before**SPENDING_POWER)
+
+
+@lru_cache(maxsize=64)
+def _looks(min_pairs: int, batch: int, max_pairs: int) -> tuple[int, ...]:
+    return (*range(min_pairs, max_pairs, batch), max_pairs)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict with its effect size and interval (never a bare mean)."""
+
+    verdict: Verdict
+    effect: float
+    """Estimated relative improvement: +0.03 = 3% better (whatever the metric's direction)."""
+    ci_low: float
+    ci_high: float
+    level: float
+    """Confidence of [ci_low, ci_high]: 0.95 for one look; higher at a look of a sequential run."""
+    pairs: int
+    p_value: float
+    """One-sided p of "effect > 0", doubled and adjusted for repeated looks; compare with alpha."""
+    q_value: float | None
+    """p_value adjusted for the false discovery rate across the wave (None when FDR is off)."""
+    noise: float | None
+    """Per-sample coefficient of variation of the baseline side."""
+    reason: str
+
+    @property
+    def status(self) -> str | None:
+        """The experiment status this verdict ends in (`kept`, ...); None while it continues."""
+        return _STATUS.get(self.verdict)
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict (infinite bounds, for too few pairs, become None)."""
+        return {
+            "verdict": self.verdict,
+            "status": self.status,
+            "effect": _finite(self.effect),
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
+            "level": self.level,
+            "pairs": self.pairs,
+            "p_value": self.p_value,
+            "q_value": self.q_value,
+            "noise": self.noise,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Case:
+    """One experiment of a wave when it needs more than (baseline, candidate) pairs."""
+
+    baseline: Sequence[float]
+    candidate: Sequence[float]
+    paired: bool = True
+    policy: Policy | None = None
+    """Overrides the wave's policy (direction, min_effect, cap) for this experiment."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A secondary metric that must not get worse than a limit while the primary one improves."""
+
+    metric: str
+    max_loss: float = 0.02
+    """Largest tolerated relative loss: 0.02 = the metric may not fall (or rise, if lower is
+    better) by more than 2%."""
+    direction: Direction = "higher"
+
+
+@dataclass(frozen=True)
+class SelfTest:
+    """An A/A test: the same tree measured against itself."""
+
+    passed: bool
+    """True when the interval contains 0, i.e. the two sides show no difference."""
+    effect: float
+    ci_low: float
+    ci_high: float
+    level: float
+    pairs: int
+    noise: float | None
+    """Per-sample coefficient of variation of the first side."""
+    noise_floor: float
+    """Half-width of the interval: effects smaller than this cannot be told from noise."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "passed": self.passed,
+            "effect": _finite(self.effect),
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
+            "level": self.level,
+            "pairs": self.pairs,
+            "noise": self.noise,
+            "noise_floor": _finite(self.noise_floor),
+        }
+
+
+# --- public functions ------------------------------------------------------------------------
+
+
+def decide_paired(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    policy: Policy | None = None,
+    *,
+    final: bool = False,
+) -> Decision:
+    """Judge one experiment from its pairs (baseline[i], candidate[i]); a wave of one."""
+    return decide_wave({0: (baseline, candidate)}, policy, final=final)[0]
+
+
+def decide_unpaired(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    policy: Policy | None = None,
+) -> Decision:
+    """Judge two independent sample lists in one look (never `continue`)."""
+    return decide_wave({0: Case(baseline, candidate, paired=False)}, policy)[0]
+
+
+def decide_wave(
+    cases: Mapping[K, Case | tuple[Sequence[float], Sequence[float]]],
+    policy: Policy | None = None,
+    *,
+    final: bool = False,
+) -> dict[K, Decision]:
+    """Judge every experiment of a wave, controlling false discoveries across it.
+
+    Pass all experiments of the wave, the ones already decided too (with the pairs they ended
+    with), so the false discovery rate counts the whole wave. A tuple is (baseline, candidate)
+    pairs under `policy`. `final` turns every `continue` into `inconclusive`.
+    """
+    wave_policy = policy or Policy()
+    evidence: dict[K, _Evidence] = {}
+    policies: dict[K, Policy] = {}
+    for key, raw in cases.items():
+        case = raw if isinstance(raw, Case) else Case(raw[0], raw[1])
+        case_policy = case.policy or wave_policy
+        policies[key] = case_policy
+        try:
+            if case.paired:
+                evidence[key] = _paired_evidence(case.baseline, case.candidate, case_policy)
+            else:
+                evidence[key] = _unpaired_evidence(case.baseline, case.candidate, case_policy)
+        except UserError as exc:
+            raise UserError(f"experiment {key}: {exc}") from None
+    q_values: dict[K, float] | None = None
+    if wave_policy.fdr:
+        q_values = benjamini_hochberg({key: ev.p_value for key, ev in evidence.items()})
+    return {
+        key: _verdict(
+            ev,
+            policies[key],
+            None if q_values is None else q_values[key],
+            final=final or not ev.paired,
+        )
+        for key, ev in evidence.items()
+    }
+
+
+def apply_guards(
+    decision: Decision,
+    guards: Sequence[Guard],
+    samples: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    alpha: float = 0.05,
+) -> Decision:
+    """Turn a keep into a discard when a guard metric is significantly worse than its limit.
+
+    `samples` maps each guard's metric to its (baseline, candidate) pairs. Each guard is one look
+    at level 1 - alpha. Verdicts other than keep pass through unchanged.
+    """
+    if decision.verdict != "keep":
+        return decision
+    for guard in guards:
+        if guard.metric not in samples:
+            raise UserError(f"guard metric {guard.metric!r}: no samples were recorded for it")
+        if not 0 <= guard.max_loss < 1:
+            raise UserError(f"guard {guard.metric!r}: max_loss {guard.max_loss} must lie in [0, 1)")
+        base, cand = samples[guard.metric]
+        policy = Policy(
+            alpha=alpha,
+            direction=guard.direction,
+            min_pairs=MIN_VALUES,
+            max_pairs=max(MIN_VALUES, len(base)),
+            sequential=False,
+        )
+        try:
+            ev = _paired_evidence(base, cand, policy)
+        except UserError as exc:
+            raise UserError(f"guard metric {guard.metric!r}: {exc}") from None
+        high = math.expm1(ev.high)
+        if high < -guard.max_loss:
+            return replace(
+                decision,
+                verdict="discard",
+                reason=(
+                    f"guard {guard.metric}: {_pct(math.expm1(ev.center))} "
+                    f"[{_pct(math.expm1(ev.low))}, {_pct(high)}] is worse than the "
+                    f"-{guard.max_loss:.1%} limit; primary metric: {decision.reason}"
+                ),
+            )
+    return decision
+
+
+def self_test(first: Sequence[float], second: Sequence[float], *, alpha: float = 0.05) -> SelfTest:
+    """A/A test: pairs of the same tree measured twice. Passes when the interval contains 0."""
+    policy = Policy(alpha=alpha, min_pairs=MIN_VALUES, sequential=False)
+    ev = _paired_evidence(first, second, policy)
+    low, high = math.expm1(ev.low), math.expm1(ev.high)
+    return SelfTest(
+        passed=low <= 0.0 <= high,
+        effect=math.expm1(ev.center),
+        ci_low=low,
+        ci_high=high,
+        level=ev.level,
+        pairs=ev.pairs,
+        noise=ev.noise,
+        noise_floor=(high - low) / 2,
+    )
+
+
+def noise(values: Sequence[float]) -> float | None:
+    """Per-sample coefficient of variation (stdev / |mean|); None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    if mean == 0:
+        return None
+    return statistics.stdev(values) / abs(mean)
+
+
+def side_value(samples: Sequence[float]) -> float:
+    """One side's value for a pair when an invocation printed several samples: their median."""
+    if not samples:
+        raise UserError("an invocation printed no sample of the metric")
+    return float(statistics.median(samples))
+
+
+def benjamini_hochberg(p_values: Mapping[K, float]) -> dict[K, float]:
+    """Benjamini-Hochberg adjusted p-values (q-values): reject those with q <= alpha."""
+    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    m = len(ordered)
+    q: dict[K, float] = {}
+    running = 1.0
+    for rank in range(m, 0, -1):  # step-up: the running minimum from the largest p down
+        key, p = ordered[rank - 1]
+        running = min(running, p * m / rank)
+        q[key] = running
+    return q
+
+
+# --- t distribution (no scipy) ---------------------------------------------------------------
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    if math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    if df > 1e7:  # the continued fraction slows down; the normal is exact enough there
+        return statistics.NormalDist().cdf(-t)
+    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The q with P(T <= q) = p, for Student's t with `df` degrees of freedom."""
+    if not 0 < p < 1:
+        raise ValueError(f"p {p}: must lie strictly between 0 and 1")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    if p == 0.5:
+        return 0.0
+    target = 1 - p
+    low, high = 0.0, max(1.0, statistics.NormalDist().inv_cdf(p))
+    while t_sf(high, df) > target:
+        low, high = high, high * 2
+    for _ in range(200):  # bisection: t_sf is monotone; 200 halvings reach double precision
+        mid = (low + high) / 2
+        if t_sf(mid, df) > target:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * high:
+            break
+    return (low + high) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) (continued fraction, Numerical Recipes 6.4)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    front = math.exp(log_front)
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1 - x) / b
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c
+        c = c if abs(c) > tiny else tiny
+        step = d * c
+        h *= step
+        if abs(step - 1) < 1e-15:
+            break
+    return h
+
+
+# --- internals -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What one experiment's samples say, on the log scale, before any verdict."""
+
+    center: float
+    low: float
+    high: float
+    level: float
+    p_value: float
+    pairs: int
+    noise: float | None
+    paired: bool
+    detail: str = ""
+
+
+def _logs(values: Sequence[float], side: str) -> list[float]:
+    out: list[float] = []
+    for i, value in enumerate(values, 1):
+        v = float(value)
+        if not math.isfinite(v) or v <= 0:
+            raise UserError(f"{side} value #{i} is {value!r}: values must be positive numbers")
+        out.append(math.log(v))
+    return out
+
+
+def _trimmed(values: Sequence[float]) -> tuple[float, float, int]:
+    """20% trimmed mean, Yuen's squared standard error and h (values left after trimming)."""
+    n = len(values)
+    x = sorted(values)
+    g = int(TRIM * n)
+    h = n - 2 * g
+    kept = x[g : n - g]
+    mean = sum(kept) / h
+    winsorized = [x[g]] * g + kept + [x[n - g - 1]] * g
+    wmean = sum(winsorized) / n
+    wvar = sum((v - wmean) ** 2 for v in winsorized) / (n - 1)
+    return mean, (n - 1) * wvar / (h * (h - 1)), h
+
+
+def _interval(
+    center: float, se2: float, df: float, share: float, alpha: float
+) -> tuple[float, float, float]:
+    """(low, high, p): the two-sided interval at level 1 - share*alpha, and the adjusted p."""
+    se = math.sqrt(se2)
+    if se == 0.0:  # identical ratios in every pair (a deterministic metric): no doubt left
+        return center, center, (0.0 if center > 0 else 1.0)
+    half = t_quantile(1 - share * alpha / 2, df) * se
+    p_one_sided = t_sf(center / se, df)
+    return center - half, center + half, min(1.0, 2 * p_one_sided / share)
+
+
+def _paired_evidence(
+    baseline: Sequence[float], candidate: Sequence[float], policy: Policy
+) -> _Evidence:
+    if len(baseline) != len(candidate):
+        raise UserError(
+            f"paired samples need equal counts: {len(baseline)} baseline, "
+            f"{len(candidate)} candidate"
+        )
+    a, b = _logs(baseline, "baseline"), _logs(candidate, "candidate")
+    sign = 1.0 if policy.direction == "higher" else -1.0
+    d = [sign * (y - x) for x, y in zip(a, b, strict=True)]
+    n = len(d)
+    share = policy.look_share(n)
+    level = 1 - share * policy.alpha
+    if n < MIN_VALUES:
+        center = sum(d) / n if n else 0.0
+        return _Evidence(center, -math.inf, math.inf, level, 1.0, n, noise(baseline), True)
+    center, se2, h = _trimmed(d)
+    low, high, p = _interval(center, se2, h - 1, share, policy.alpha)
+    return _Evidence(center, low, high, level, p, n, noise(baseline), True)
+
+
+def _unpaired_evidence(
+    baseline: Sequence[float], candidate: Sequence[float], policy: Policy
+) -> _Evidence:
+    a, b = _logs(baseline, "baseline"), _logs(candidate, "candidate")
+    sign = 1.0 if policy.direction == "higher" else -1.0
+    detail = f"unpaired: {len(a)} baseline and {len(b)} candidate samples"
+    n = min(len(a), len(b))
+    level = 1 - policy.alpha
+    if n < MIN_VALUES:
+        center = sign * (_mean(b) - _mean(a)) if n else 0.0
+        return _Evidence(
+            center, -math.inf, math.inf, level, 1.0, n, noise(baseline), False, detail
+        )
+    mean_a, se2_a, h_a = _trimmed(a)
+    mean_b, se2_b, h_b = _trimmed(b)
+    se2 = se2_a + se2_b
+    # Welch-Satterthwaite degrees of freedom for Yuen's test.
+    df = se2**2 / (se2_a**2 / (h_a - 1) + se2_b**2 / (h_b - 1)) if se2 > 0 else float(n)
+    center = sign * (mean_b - mean_a)
+    low, high, p = _interval(center, se2, df, 1.0, policy.alpha)
+    return _Evidence(center, low, high, level, p, n, noise(baseline), False, detail)
+
+
+def _verdict(ev: _Evidence, policy: Policy, q: float | None, *, final: bool) -> Decision:
+    effect, low, high = math.expm1(ev.center), math.expm1(ev.low), math.expm1(ev.high)
+    significance = ev.p_value if q is None else q
+    interval = f"[{_pct(low)}, {_pct(high)}] at {ev.level:.2%}"
+    last = final or ev.pairs >= policy.max_pairs
+    verdict: Verdict
+    if ev.pairs < policy.min_pairs and ev.paired and not final:
+        verdict, reason = "continue", f"{ev.pairs} pairs, fewer than the first look's {policy.min_pairs}"
+    elif ev.pairs < MIN_VALUES:
+        verdict, reason = "inconclusive", f"{ev.pairs} values: too few to judge"
+    elif significance <= policy.alpha and effect >= policy.min_effect:
+        fdr = "" if q is None else f", q {q:.2g} across the wave"
+        verdict = "keep"
+        reason = (
+            f"{_pct(effect)} {interval} is above 0 (p {ev.p_value:.2g}{fdr}) "
+            f"and at least the {policy.min_effect:.1%} minimum effect"
+        )
+    elif high < policy.min_effect:
+        verdict, reason = "discard", f"{interval} lies below the {policy.min_effect:.1%} minimum effect"
+    else:
+        if ev.p_value <= policy.alpha and effect >= policy.min_effect and q is not None:
+            doubt = f"significant alone (p {ev.p_value:.2g}) but not across the wave (q {q:.2g})"
+        else:
+            doubt = f"{interval} straddles the {policy.min_effect:.1%} minimum effect"
+        if last:
+            where = f"at the cap of {policy.max_pairs} pairs" if ev.paired else "in one look"
+            if ev.paired and ev.pairs < policy.max_pairs:
+                where = f"at the final look ({ev.pairs} pairs)"
+            verdict, reason = "inconclusive", f"{doubt} {where}"
+        else:
+            verdict, reason = "continue", f"{doubt} after {ev.pairs} of {policy.max_pairs} pairs"
+    if ev.detail:
+        reason = f"{reason} ({ev.detail})"
+    return Decision(
+        verdict=verdict,
+        effect=effect,
+        ci_low=low,
+        ci_high=high,
+        level=ev.level,
+        pairs=ev.pairs,
+        p_value=ev.p_value,
+        q_value=q,
+        noise=ev.noise,
+        reason=reason,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

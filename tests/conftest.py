@@ -1,0 +1,65 @@
+"""Shared fixtures: real git repositories and workspaces in tmp dirs, isolated from the user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.invalid",
+    "GIT_COMMITTER_NAME": "Test Author",
+    "GIT_COMMITTER_EMAIL": "author@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No test reads the developer's workspace, git config or telemetry settings."""
+    monkeypatch.delenv("AUTORESEARCH_WORKSPACE", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(exist_ok=True)
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    yield
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None, message: str = "baseline") -> Path:
+    """A real git repository with one commit of `files` on branch main."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in (files or {"README.md": "target\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", message)
+    return path
+
+
+@pytest.fixture
+def target_repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "target")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, target_repo: Path):  # type: ignore[no-untyped-def]
+    from kb.init import TargetSpec, create_workspace
+
+    return create_workspace(tmp_path / "ws", TargetSpec(location=str(target_repo)))
