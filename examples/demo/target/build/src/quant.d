@@ -1,2 +1,0 @@
-build/src/quant.o: src/quant.c include/demo.h
-include/demo.h:

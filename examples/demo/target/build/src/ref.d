@@ -1,2 +1,0 @@
-build/src/ref.o: src/ref.c include/demo.h
-include/demo.h:

@@ -1,2 +1,0 @@
-build/tools/bench.o: tools/bench.c include/demo.h
-include/demo.h:
