@@ -1,0 +1,40 @@
+"""Start-up cost of the command line: `autoresearch --help` and `autoresearch kb --help`.
+
+Run: .venv/bin/python benchmarks/bench_startup.py [--runs N]
+Prints median and p95 wall time of fresh processes (goal: --help under 0.5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def measure(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return sorted(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    exe = shutil.which("autoresearch") or str(Path(sys.executable).parent / "autoresearch")
+    print(f"{'command':<32} {'median':>8} {'p95':>8}  ({args.runs} fresh processes)")
+    for argv in (["--help"], ["kb", "--help"], ["run", "--help"]):
+        times = measure([exe, *argv], args.runs)
+        p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
+        print(f"{'autoresearch ' + ' '.join(argv):<32} {statistics.median(times) * 1000:>6.0f}ms {p95 * 1000:>6.0f}ms")
+
+
+if __name__ == "__main__":
+    main()
