@@ -8,6 +8,7 @@ should go through `git()` with a single batched command rather than one object l
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,8 +36,13 @@ def open_repo(path: Path) -> git.Repo:
         raise UserError(f"{path}: not a git repository") from None
 
 
-def run(repo: git.Repo, *args: str, input_text: str | None = None) -> str:
-    """Run one git command against the repository; stdout back, failures as one-line UserError."""
+def run(
+    repo: git.Repo, *args: str, input_text: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """Run one git command against the repository; stdout back, failures as one-line UserError.
+
+    `env` adds variables to the environment (a temporary index, author and dates)."""
+    import os
     import subprocess
 
     result = subprocess.run(
@@ -46,6 +52,7 @@ def run(repo: git.Repo, *args: str, input_text: str | None = None) -> str:
         capture_output=True,
         text=True,
         errors="replace",
+        env={**os.environ, **env} if env else None,
     )
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()
@@ -90,3 +97,270 @@ def worktree_remove(repo: git.Repo, path: Path) -> None:
     except UserError:
         shutil.rmtree(path, ignore_errors=True)
     run(repo, "worktree", "prune")
+
+
+# --- commits without a work tree (the mirror is bare) ---------------------------------------------
+
+_NO_COMMIT = "0" * 40
+
+
+def branch_head(repo: git.Repo, branch: str) -> str | None:
+    """The commit a branch points at, or None when the branch does not exist."""
+    try:
+        return run(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}").strip()
+    except UserError:
+        return None
+
+
+def commit_patch(
+    repo: git.Repo, parent: str, diff: str, message: str, *, env: Mapping[str, str] | None = None
+) -> str:
+    """Apply a unified diff onto `parent` and commit the result, touching no work tree or branch.
+
+    Plumbing on a temporary index (read-tree, apply --cached, write-tree, commit-tree), so it works
+    in the bare mirror. Returns the new commit's sha; a diff that does not apply raises UserError.
+    `env` sets the author, committer and dates (GIT_AUTHOR_NAME, GIT_COMMITTER_DATE, ...).
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:
+        index_env = {**(env or {}), "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        run(repo, "read-tree", parent, env=index_env)
+        try:
+            run(repo, "apply", "--cached", "--whitespace=nowarn", "-", input_text=diff, env=index_env)
+        except UserError as exc:
+            raise UserError(f"patch does not apply onto {parent[:12]}: {exc}") from None
+        tree = run(repo, "write-tree", env=index_env).strip()
+    return run(repo, "commit-tree", tree, "-p", parent, "-F", "-", input_text=message, env=env).strip()
+
+
+def set_branch(repo: git.Repo, branch: str, new: str, old: str | None) -> None:
+    """Move `branch` to `new` only if it still points at `old` (None: only if it does not exist).
+
+    A compare-and-swap, so two processes committing at once cannot lose each other's commit."""
+    run(repo, "update-ref", f"refs/heads/{branch}", new, old or _NO_COMMIT)
+
+
+def commit_messages(repo: git.Repo, base: str | None, tip: str) -> list[tuple[str, str]]:
+    """(sha, full message) of the commits reachable from `tip` but not `base`, newest first."""
+    spec = f"{base}..{tip}" if base else tip
+    out = run(repo, "log", "--format=%H%x00%B%x1e", spec)
+    found: list[tuple[str, str]] = []
+    for record in out.split("\x1e"):
+        record = record.strip("\n")
+        if record:
+            sha, _, message = record.partition("\x00")
+            found.append((sha, message))
+    return found
+
+
+def format_patch(repo: git.Repo, sha: str) -> str:
+    """One commit as an mbox patch (`git am` and `git apply` both read it)."""
+    return run(repo, "format-patch", "-1", "--stdout", "--no-signature", "--stat=100", sha)
+
+
+def parse_trailers(message: str) -> list[tuple[str, str]]:
+    """The `Key: value` lines of a commit message's last paragraph, in order (git's trailer block)."""
+    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return []
+    found: list[tuple[str, str]] = []
+    for line in paragraphs[-1].splitlines():
+        key, sep, value = line.partition(": ")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9-]+", key):
+            return []
+        found.append((key, value.strip()))
+    return found
+
+
+# --- reading a commit's tree and checking diffs (research: miners, patch writer) ------------------
+
+
+def _git(
+    repo: git.Repo, *args: str, input_text: str | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run git and return (exit code, stdout, stderr) for callers that need the whole error text."""
+    import os
+    import subprocess
+
+    result = subprocess.run(
+        ["git", "--git-dir", str(repo.git_dir), *args],
+        cwd=repo.working_tree_dir or repo.git_dir,
+        input=input_text,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env={**os.environ, **env} if env else None,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def apply_check(repo: git.Repo, commit: str, diff: str, *, reverse: bool = False) -> str | None:
+    """Would `diff` apply to `commit`? None if so, else git apply's error text. With `reverse`:
+    would it un-apply (i.e. is the change already in `commit`)?
+
+    Same verdict as `git apply --check` in a worktree of `commit`, but against a throw-away index
+    of that tree: no checkout (a llama.cpp checkout is thousands of files) and nothing to clean up
+    if the process is killed half-way.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autoresearch-apply-") as tmp:
+        env = {"GIT_INDEX_FILE": f"{tmp}/index"}
+        code, _, err = _git(repo, "read-tree", commit, env=env)
+        if code != 0:
+            raise UserError(f"{commit}: cannot read tree ({err.strip().splitlines()[-1:]})")
+        flags = ["--reverse"] if reverse else []
+        code, _, err = _git(repo, "apply", "--check", "--cached", *flags, "-", input_text=diff, env=env)
+    if code == 0:
+        return None
+    return err.strip() or f"git apply exited {code}"
+
+
+def show_file(repo: git.Repo, commit: str, path: str) -> str | None:
+    """A file's text at a commit, or None if it does not exist there."""
+    code, out, _ = _git(repo, "show", f"{commit}:{path}")
+    return out if code == 0 else None
+
+
+def list_files(repo: git.Repo, commit: str, paths: list[str] | None = None) -> list[str]:
+    """Paths of the files in a commit's tree (optionally under some folders)."""
+    return run(repo, "ls-tree", "-r", "--name-only", commit, "--", *(paths or [])).splitlines()
+
+
+def grep_count(
+    repo: git.Repo, commit: str, terms: list[str], paths: list[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """For each text file of `commit` that mentions any term (fixed strings, case-insensitive):
+    {path: {term: number of matching lines}}. One git grep per term."""
+    found: dict[str, dict[str, int]] = {}
+    for term in terms:
+        code, out, _ = _git(repo, "grep", "-c", "-I", "-i", "-F", "-e", term, commit, "--", *(paths or []))
+        if code not in (0, 1):  # 1 = no match
+            continue
+        for line in out.splitlines():
+            # <commit>:<path>:<count>
+            _, _, rest = line.partition(":")
+            path, _, count = rest.rpartition(":")
+            if path and count.isdigit():
+                found.setdefault(path, {})[term] = int(count)
+    return found
+
+
+# --- forks: remote refs, fetching, ancestry, batched reads (kb/forks.py) --------------------------
+
+
+def ls_remote(repo: git.Repo, location: str) -> tuple[str | None, dict[str, str]]:
+    """(default branch or None when HEAD is detached, {branch: sha}) of a remote or local repository."""
+    code, out, err = _git(repo, "ls-remote", "--symref", location, "HEAD", "refs/heads/*")
+    if code != 0:
+        detail = err.strip().splitlines()
+        reason = detail[-1] if detail else f"exit {code}"
+        raise UserError(f"{location}: cannot read the repository ({reason})")
+    default: str | None = None
+    heads: dict[str, str] = {}
+    for line in out.splitlines():
+        left, _, name = line.partition("\t")
+        if left.startswith("ref: ") and name == "HEAD":
+            default = left[5:].removeprefix("refs/heads/")
+        elif name.startswith("refs/heads/"):
+            heads[name.removeprefix("refs/heads/")] = left
+    return default, heads
+
+
+def fetch_branch(repo: git.Repo, location: str, branch: str, dest_ref: str) -> str:
+    """Fetch one branch of `location` into `dest_ref` of this repository; return the fetched sha."""
+    code, _, err = _git(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location,
+                        f"+refs/heads/{branch}:{dest_ref}")
+    if code != 0:
+        detail = err.strip().splitlines()
+        reason = detail[-1] if detail else f"exit {code}"
+        raise UserError(f"{location}: cannot fetch branch {branch} ({reason})")
+    return run(repo, "rev-parse", "--verify", f"{dest_ref}^{{commit}}").strip()
+
+
+def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
+    """The best common ancestor of two commits, or None when they share no history."""
+    code, out, err = _git(repo, "merge-base", a, b)
+    if code == 1 and not err.strip():
+        return None
+    if code != 0:
+        raise UserError(f"git merge-base {a[:12]} {b[:12]}: {err.strip() or f'exit {code}'}")
+    return out.strip()
+
+
+def is_ancestor(repo: git.Repo, ancestor: str, descendant: str) -> bool:
+    code, _, _ = _git(repo, "merge-base", "--is-ancestor", ancestor, descendant)
+    return code == 0
+
+
+def has_commit(repo: git.Repo, sha: str) -> bool:
+    code, _, _ = _git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+    return code == 0
+
+
+def update_ref(repo: git.Repo, ref: str, sha: str) -> None:
+    run(repo, "update-ref", ref, sha)
+
+
+def delete_ref(repo: git.Repo, ref: str) -> None:
+    _git(repo, "update-ref", "-d", ref)
+
+
+def stream(repo: git.Repo, *args: str) -> Iterator[bytes]:
+    """Lines (bytes) of a long git command's output as it runs: one process for thousands of commits,
+    constant memory. A failing command raises UserError once its output is consumed."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            ["git", "--git-dir", str(repo.git_dir), *args],
+            cwd=repo.working_tree_dir or repo.git_dir,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+        )
+        assert process.stdout is not None
+        finished = False
+        try:
+            yield from process.stdout
+            finished = True
+        finally:
+            process.stdout.close()
+            if not finished:
+                process.kill()  # the consumer stopped early
+            code = process.wait()
+        if code != 0:
+            errors.seek(0)
+            detail = errors.read().decode("utf-8", "replace").strip().splitlines()
+            raise UserError(f"git {args[0]}: {detail[-1] if detail else f'exit {code}'}")
+
+
+def cherry(repo: git.Repo, upstream: str, head: str) -> dict[str, bool]:
+    """For each non-merge commit of `head` not in `upstream`: True when an equivalent change (same
+    patch-id) is already in `upstream` since the fork point (`git cherry`)."""
+    found: dict[str, bool] = {}
+    for line in run(repo, "cherry", upstream, head).splitlines():
+        mark, _, sha = line.partition(" ")
+        if sha:
+            found[sha.strip()] = mark == "-"
+    return found
+
+
+def patch_ids(repo: git.Repo, patches: Path) -> dict[str, str]:
+    """{commit sha: stable patch-id} for a file of `commit <sha>` headers each followed by its diff."""
+    import subprocess
+
+    with patches.open("rb") as stdin:
+        result = subprocess.run(
+            ["git", "--git-dir", str(repo.git_dir), "patch-id", "--stable"],
+            stdin=stdin, capture_output=True,
+        )
+    if result.returncode != 0:
+        raise UserError(f"git patch-id: {result.stderr.decode('utf-8', 'replace').strip()}")
+    found: dict[str, str] = {}
+    for line in result.stdout.decode("ascii", "replace").splitlines():
+        patch_id, _, sha = line.partition(" ")
+        if sha:
+            found[sha.strip()] = patch_id
+    return found

@@ -1,0 +1,607 @@
+"""Read-only, typed access to past and live runs: runs, waves, experiments, decisions, samples, events.
+
+The CLI (`autoresearch history`, `report`, `redecide`) and the TUI's history pane read through here
+rather than writing SQL of their own. Every function takes a connection opened by the caller's
+thread and only reads. `history_json()` is the JSON the CLI prints with `--json`.
+
+An experiment's *decision* is the runner's last word on it: its final decision, else its latest one
+(a `continue` while it still runs). Re-analyses stored by `redecide --save` (origin `redecide`) never
+count as that; they are listed with all decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlite_utils
+
+from kb.db import one, rows
+from kb.errors import UserError
+
+#: Statuses an experiment can no longer leave.
+FINISHED_STATUSES = (
+    "kept",
+    "discarded",
+    "inconclusive",
+    "checks_failed",
+    "crashed",
+    "refused",
+    "cancelled",
+    "lost",
+)
+#: Statuses reached through a statistical decision (what `redecide` re-judges).
+DECIDED_STATUSES = ("kept", "discarded", "inconclusive")
+
+
+def _json(text: Any) -> Any:
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    name: str
+    status: str
+    branch: str | None
+    baseline_commit: str | None
+    head_commit: str | None
+    backend: str
+    policy: dict[str, Any]
+    budget: dict[str, Any]
+    options: dict[str, Any]
+    noise_floor: float | None
+    self_test: dict[str, Any] | None
+    summary: dict[str, Any] | None
+    """Final stack and ablation results, as the loop wrote them."""
+    cost_usd: float
+    error: str | None
+    imported_from: str | None
+    started_at: float
+    ended_at: float | None
+    heartbeat_at: float | None
+    waves: int
+    experiments: int
+    kept: int
+    winners: int
+
+    @property
+    def metric(self) -> str | None:
+        value = self.policy.get("metric")
+        return str(value) if value else None
+
+    @property
+    def direction(self) -> str:
+        return str(self.policy.get("direction") or "higher")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WaveInfo:
+    id: int
+    run_id: int
+    number: int
+    baseline_commit: str
+    status: str
+    started_at: float
+    ended_at: float | None
+    experiments: int
+    kept: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DecisionInfo:
+    id: int
+    experiment_id: int
+    verdict: str
+    metric: str
+    effect: float | None
+    ci_low: float | None
+    ci_high: float | None
+    pairs: int
+    p_value: float | None
+    q_value: float | None
+    noise: float | None
+    reason: str | None
+    policy: dict[str, Any]
+    metrics: dict[str, Any]
+    is_final: bool
+    origin: str
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> DecisionInfo:
+        return cls(
+            id=row["id"],
+            experiment_id=row["experiment_id"],
+            verdict=row["verdict"],
+            metric=row["metric"],
+            effect=_finite(row["effect"]),
+            ci_low=_finite(row["ci_low"]),
+            ci_high=_finite(row["ci_high"]),
+            pairs=row["pairs"],
+            p_value=_finite(row["p_value"]),
+            q_value=_finite(row["q_value"]),
+            noise=_finite(row["noise"]),
+            reason=row["reason"],
+            policy=_json(row["policy"]) or {},
+            metrics=_json(row["metrics"]) or {},
+            is_final=bool(row["is_final"]),
+            origin=row.get("origin") or "runner",
+            created_at=row["created_at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ci"] = [self.ci_low, self.ci_high]
+        return out
+
+
+@dataclass(frozen=True)
+class Sample:
+    pair: int
+    side: str
+    """A = baseline, B = candidate."""
+    metric: str
+    seq: int
+    value: float
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pair": self.pair,
+            "side": self.side,
+            "metric": self.metric,
+            "seq": self.seq,
+            "value": self.value,
+        }
+
+
+@dataclass(frozen=True)
+class ExperimentInfo:
+    id: int
+    run_id: int
+    wave_id: int | None
+    wave: int | None
+    """The wave's number within its run."""
+    kind: str
+    title: str
+    status: str
+    phase: str | None
+    reason: str | None
+    patch_id: int | None
+    hypothesis_id: int | None
+    hypothesis_title: str | None
+    worker: str | None
+    baseline_commit: str | None
+    candidate_commit: str | None
+    retry_of: int | None
+    log_dir: str | None
+    batches: int
+    cost_usd: float
+    meta: dict[str, Any]
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    decision: DecisionInfo | None
+    winner_commit: str | None = None
+    winner_patch_file: str | None = None
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def effect(self) -> float | None:
+        return self.decision.effect if self.decision else None
+
+    @property
+    def ci(self) -> tuple[float | None, float | None]:
+        return (self.decision.ci_low, self.decision.ci_high) if self.decision else (None, None)
+
+    @property
+    def pairs(self) -> int:
+        return self.decision.pairs if self.decision else 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "wave": self.wave,
+            "wave_id": self.wave_id,
+            "kind": self.kind,
+            "title": self.title,
+            "status": self.status,
+            "phase": self.phase,
+            "reason": self.reason,
+            "effect": self.effect,
+            "ci": list(self.ci),
+            "pairs": self.pairs,
+            "verdict": self.decision.verdict if self.decision else None,
+            "hypothesis": None
+            if self.hypothesis_id is None
+            else {"id": self.hypothesis_id, "title": self.hypothesis_title},
+            "sources": list(self.sources),
+            "patch_id": self.patch_id,
+            "worker": self.worker,
+            "baseline_commit": self.baseline_commit,
+            "candidate_commit": self.candidate_commit,
+            "retry_of": self.retry_of,
+            "log_dir": self.log_dir,
+            "batches": self.batches,
+            "cost_usd": self.cost_usd,
+            "meta": self.meta,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "decision": self.decision.to_json() if self.decision else None,
+            "winner": None
+            if self.winner_commit is None
+            else {"commit": self.winner_commit, "patch_file": self.winner_patch_file},
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: float
+    level: str
+    kind: str
+    run_id: int | None
+    experiment_id: int | None
+    message: str
+    data: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- runs and waves ----------------------------------------------------------------------------
+
+_RUN_SQL = """
+SELECT r.*,
+    (SELECT count(*) FROM waves w WHERE w.run_id = r.id) AS n_waves,
+    (SELECT count(*) FROM experiments e WHERE e.run_id = r.id) AS n_experiments,
+    (SELECT count(*) FROM experiments e WHERE e.run_id = r.id AND e.status = 'kept') AS n_kept,
+    (SELECT count(*) FROM winners x WHERE x.run_id = r.id) AS n_winners
+FROM runs r
+"""
+
+
+def _run(row: dict[str, Any]) -> RunInfo:
+    return RunInfo(
+        id=row["id"],
+        name=row["name"],
+        status=row["status"],
+        branch=row["branch"],
+        baseline_commit=row["baseline_commit"],
+        head_commit=row["head_commit"],
+        backend=row["backend"],
+        policy=_json(row["policy"]) or {},
+        budget=_json(row["budget"]) or {},
+        options=_json(row["options"]) or {},
+        noise_floor=_finite(row["noise_floor"]),
+        self_test=_json(row["self_test"]),
+        summary=_json(row["summary"]),
+        cost_usd=row["cost_usd"] or 0.0,
+        error=row["error"],
+        imported_from=row["imported_from"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        heartbeat_at=row["heartbeat_at"],
+        waves=row["n_waves"],
+        experiments=row["n_experiments"],
+        kept=row["n_kept"],
+        winners=row["n_winners"],
+    )
+
+
+def runs(db: sqlite_utils.Database) -> list[RunInfo]:
+    """Every run, oldest first."""
+    return [_run(r) for r in rows(db, _RUN_SQL + " ORDER BY r.id")]
+
+
+def find_run(db: sqlite_utils.Database, ref: str | int) -> RunInfo:
+    """A run by id or by name (a name that is all digits is tried as an id first)."""
+    text = str(ref).strip()
+    row = None
+    if text.isdigit():
+        row = one(db, _RUN_SQL + " WHERE r.id = ?", [int(text)])
+    if row is None:
+        row = one(db, _RUN_SQL + " WHERE r.name = ?", [text])
+    if row is None:
+        known = [r["name"] for r in rows(db, "SELECT name FROM runs ORDER BY id DESC LIMIT 5")]
+        hint = f" (recent: {', '.join(known)})" if known else " (no runs yet)"
+        raise UserError(f"run {text}: no such run id or name{hint}")
+    return _run(row)
+
+
+def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
+    return [
+        WaveInfo(
+            id=r["id"],
+            run_id=r["run_id"],
+            number=r["number"],
+            baseline_commit=r["baseline_commit"],
+            status=r["status"],
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            experiments=r["n"],
+            kept=r["k"],
+        )
+        for r in rows(
+            db,
+            """SELECT w.*, (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id) AS n,
+                      (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id AND e.status = 'kept') AS k
+               FROM waves w WHERE w.run_id = ? ORDER BY w.number""",
+            [run_id],
+        )
+    ]
+
+
+# --- experiments and decisions -----------------------------------------------------------------
+
+_EXPERIMENT_SQL = """
+SELECT e.*, w.number AS wave_number, k.name AS worker_name,
+       COALESCE(e.hypothesis_id, p.hypothesis_id) AS hyp_id, h.title AS hyp_title,
+       x.commit_sha AS winner_commit, x.patch_file AS winner_patch_file
+FROM experiments e
+LEFT JOIN waves w ON w.id = e.wave_id
+LEFT JOIN workers k ON k.id = e.worker_id
+LEFT JOIN patches p ON p.id = e.patch_id
+LEFT JOIN hypotheses h ON h.id = COALESCE(e.hypothesis_id, p.hypothesis_id)
+LEFT JOIN winners x ON x.experiment_id = e.id
+"""
+
+# The runner's last word: final first, then the newest; re-analyses never count.
+_LATEST_DECISIONS_SQL = """
+SELECT d.* FROM decisions d
+WHERE d.origin != 'redecide' AND d.id = (
+    SELECT d2.id FROM decisions d2
+    WHERE d2.experiment_id = d.experiment_id AND d2.origin != 'redecide'
+    ORDER BY d2.is_final DESC, d2.id DESC LIMIT 1)
+"""
+
+
+def _latest_decisions(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionInfo]:
+    if not experiment_ids:
+        return {}
+    out: dict[int, DecisionInfo] = {}
+    for start in range(0, len(experiment_ids), 500):  # SQLite caps bound parameters
+        chunk = list(experiment_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        for row in rows(db, _LATEST_DECISIONS_SQL + f" AND d.experiment_id IN ({marks})", chunk):
+            out[row["experiment_id"]] = DecisionInfo.from_row(row)
+    return out
+
+
+def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int, tuple[str, ...]]:
+    from runner.winners import source_refs
+
+    return {hid: tuple(source_refs(db, hid)) for hid in ids}
+
+
+def _experiments(db: sqlite_utils.Database, where: str, params: Sequence[Any]) -> list[ExperimentInfo]:
+    found = rows(db, _EXPERIMENT_SQL + f" WHERE {where} ORDER BY e.id", list(params))
+    decisions = _latest_decisions(db, [r["id"] for r in found])
+    sources = _sources_by_hypothesis(db, {r["hyp_id"] for r in found if r["hyp_id"] is not None})
+    return [
+        ExperimentInfo(
+            id=r["id"],
+            run_id=r["run_id"],
+            wave_id=r["wave_id"],
+            wave=r["wave_number"],
+            kind=r["kind"],
+            title=r["title"],
+            status=r["status"],
+            phase=r["phase"],
+            reason=r["reason"],
+            patch_id=r["patch_id"],
+            hypothesis_id=r["hyp_id"],
+            hypothesis_title=r["hyp_title"],
+            worker=r["worker_name"],
+            baseline_commit=r["baseline_commit"],
+            candidate_commit=r["candidate_commit"],
+            retry_of=r["retry_of"],
+            log_dir=r["log_dir"],
+            batches=r["batches"],
+            cost_usd=r["cost_usd"] or 0.0,
+            meta=_json(r["meta"]) or {},
+            created_at=r["created_at"],
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            decision=decisions.get(r["id"]),
+            winner_commit=r["winner_commit"],
+            winner_patch_file=r["winner_patch_file"],
+            sources=sources.get(r["hyp_id"], ()) if r["hyp_id"] is not None else (),
+        )
+        for r in found
+    ]
+
+
+def experiments(
+    db: sqlite_utils.Database,
+    run_id: int | None = None,
+    *,
+    wave_id: int | None = None,
+    kinds: Sequence[str] | None = None,
+    statuses: Sequence[str] | None = None,
+) -> list[ExperimentInfo]:
+    """Experiments (all, of a run, or of a wave) with their decision, hypothesis, sources, winner."""
+    clauses: list[str] = ["1"]
+    params: list[Any] = []
+    if run_id is not None:
+        clauses.append("e.run_id = ?")
+        params.append(run_id)
+    if wave_id is not None:
+        clauses.append("e.wave_id = ?")
+        params.append(wave_id)
+    for column, values in (("e.kind", kinds), ("e.status", statuses)):
+        if values:
+            clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
+            params.extend(values)
+    return _experiments(db, " AND ".join(clauses), params)
+
+
+def experiment(db: sqlite_utils.Database, experiment_id: int) -> ExperimentInfo:
+    found = _experiments(db, "e.id = ?", [experiment_id])
+    if not found:
+        raise UserError(f"experiment {experiment_id}: no such experiment")
+    return found[0]
+
+
+def decisions(
+    db: sqlite_utils.Database, experiment_id: int, *, include_redecide: bool = True
+) -> list[DecisionInfo]:
+    """Every decision recorded for an experiment, oldest first (the looks of a sequential test)."""
+    sql = "SELECT * FROM decisions WHERE experiment_id = ?"
+    if not include_redecide:
+        sql += " AND origin != 'redecide'"
+    return [DecisionInfo.from_row(r) for r in rows(db, sql + " ORDER BY id", [experiment_id])]
+
+
+# --- samples -----------------------------------------------------------------------------------
+
+
+def samples(db: sqlite_utils.Database, experiment_id: int, metric: str | None = None) -> list[Sample]:
+    """Raw samples in measurement order (pair, then A before B, then seq)."""
+    sql = "SELECT pair, side, metric, seq, value, created_at FROM samples WHERE experiment_id = ?"
+    params: list[Any] = [experiment_id]
+    if metric is not None:
+        sql += " AND metric = ?"
+        params.append(metric)
+    return [Sample(**r) for r in rows(db, sql + " ORDER BY pair, side, metric, seq", params)]
+
+
+def metrics(db: sqlite_utils.Database, experiment_id: int) -> list[str]:
+    """Metric names recorded for an experiment."""
+    found = rows(
+        db, "SELECT DISTINCT metric FROM samples WHERE experiment_id = ? ORDER BY metric", [experiment_id]
+    )
+    return [r["metric"] for r in found]
+
+
+def paired_values(found: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) values per complete pair of one metric, in pair order.
+
+    Several samples of one invocation reduce to their median (DESIGN: Measurement words); a pair
+    missing a side (interrupted mid-pair) is left out.
+    """
+    from runner.stats import side_value
+
+    by_pair: dict[int, dict[str, list[float]]] = defaultdict(lambda: {"A": [], "B": []})
+    for s in found:
+        if s.metric == metric:
+            by_pair[s.pair][s.side].append(s.value)
+    base: list[float] = []
+    cand: list[float] = []
+    for pair in sorted(by_pair):
+        sides = by_pair[pair]
+        if sides["A"] and sides["B"]:
+            base.append(side_value(sides["A"]))
+            cand.append(side_value(sides["B"]))
+    return base, cand
+
+
+def pairs(db: sqlite_utils.Database, experiment_id: int, metric: str) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) values per complete pair, read from the stored samples."""
+    return paired_values(samples(db, experiment_id, metric), metric)
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+def events(
+    db: sqlite_utils.Database,
+    *,
+    run_id: int | None = None,
+    experiment_id: int | None = None,
+    after_id: int = 0,
+    limit: int = 500,
+) -> list[Event]:
+    """Events in order; `after_id` lets a follower read only what is new."""
+    sql = "SELECT * FROM events WHERE id > ?"
+    params: list[Any] = [after_id]
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params.append(run_id)
+    if experiment_id is not None:
+        sql += " AND experiment_id = ?"
+        params.append(experiment_id)
+    found = rows(db, sql + " ORDER BY id LIMIT ?", [*params, limit])
+    return [
+        Event(
+            id=r["id"],
+            ts=r["ts"],
+            level=r["level"],
+            kind=r["kind"],
+            run_id=r["run_id"],
+            experiment_id=r["experiment_id"],
+            message=r["message"],
+            data=_json(r["data"]),
+        )
+        for r in found
+    ]
+
+
+# --- the JSON the CLI prints -------------------------------------------------------------------
+
+
+def winners(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+    return rows(
+        db,
+        """SELECT x.id, x.experiment_id, x.commit_sha, x.patch_file, x.position, x.created_at,
+                  e.title
+           FROM winners x JOIN experiments e ON e.id = x.experiment_id
+           WHERE x.run_id = ? ORDER BY x.position, x.id""",
+        [run_id],
+    )
+
+
+def run_json(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool = True) -> dict[str, Any]:
+    """One run with its waves, experiments (decisions, raw samples), winners and events count."""
+    out = run.to_json()
+    out["waves"] = [w.to_json() for w in waves(db, run.id)]
+    exps = []
+    for exp in experiments(db, run.id):
+        data = exp.to_json()
+        data["decisions"] = [d.to_json() for d in decisions(db, exp.id)]
+        if with_samples:
+            data["samples"] = [s.to_json() for s in samples(db, exp.id)]
+        exps.append(data)
+    out["experiments"] = exps
+    out["winners"] = winners(db, run.id)
+    return out
+
+
+def history_json(
+    db: sqlite_utils.Database, run_id: int | None = None, *, with_samples: bool = True
+) -> dict[str, Any]:
+    """`{"runs": [...]}`: every run (or one), each with waves, experiments, decisions, raw samples.
+
+    Every experiment carries at least id, title, status, effect, ci, pairs, hypothesis, sources and
+    log_dir (the folder of its logs).
+    """
+    chosen = [find_run(db, run_id)] if run_id is not None else runs(db)
+    return {"runs": [run_json(db, run, with_samples=with_samples) for run in chosen]}

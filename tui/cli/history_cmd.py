@@ -1,0 +1,266 @@
+"""`autoresearch history`, `report`, `redecide` and `import`: past runs, offline.
+
+Each command opens the workspace database in its own process and only reads, except `import` and
+`redecide --save`, which write in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tui.cli.common import echo_json, echo_table, json_option, workspace
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from runner.history import RunInfo
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None or not math.isfinite(x) else f"{x:+.2%}"
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    if low is None and high is None:
+        return ""
+    return f"[{_pct(low) or '-inf'}, {_pct(high) or '+inf'}]"
+
+
+def _when(ts: float | None) -> str:
+    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "")[:12]
+
+
+def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -> None:
+    from runner import history
+
+    click.echo(f"Run {run.id} {run.name}: {run.status}")
+    click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
+    if run.imported_from:
+        click.echo(f"  imported from {run.imported_from}")
+    if run.branch:
+        click.echo(f"  branch {run.branch}: {_short(run.baseline_commit)} -> {_short(run.head_commit)}")
+    if run.policy:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(run.policy.items()) if not isinstance(v, dict | list))
+        click.echo(f"  policy {shown}")
+    if run.self_test:
+        passed = run.self_test.get("passed")
+        click.echo(
+            f"  self-test {'passed' if passed else 'FAILED' if passed is False else '?'}: "
+            f"noise floor ±{_pct(run.noise_floor).lstrip('+')}"
+        )
+    click.echo("")
+    wave_rows = history.waves(db, run.id)
+    if wave_rows:
+        echo_table(
+            ["WAVE", "BASELINE", "STATUS", "EXPERIMENTS", "KEPT", "STARTED"],
+            [
+                (w.number, _short(w.baseline_commit), w.status, w.experiments, w.kept, _when(w.started_at))
+                for w in wave_rows
+            ],
+        )
+        click.echo("")
+    exps = history.experiments(db, run.id)
+    echo_table(
+        ["ID", "WAVE", "KIND", "STATUS", "VERDICT", "EFFECT", "CI", "PAIRS", "TITLE"],
+        [
+            (
+                e.id,
+                e.wave if e.wave is not None else "-",
+                e.kind,
+                e.status
+                + (f": {e.reason}" if e.reason else "")
+                + (f" ({e.phase})" if e.status == "running" else ""),
+                e.decision.verdict if e.decision else "",
+                _pct(e.effect),
+                _ci(*e.ci),
+                e.pairs or "",
+                e.title,
+            )
+            for e in exps
+        ],
+    )
+    winners = history.winners(db, run.id)
+    if winners:
+        click.echo("")
+        click.echo("Winners:")
+        for w in winners:
+            click.echo(f"  {w['position']}. {_short(w['commit_sha'])} #{w['experiment_id']} {w['title']}")
+            click.echo(f"     {w['patch_file']}")
+    if with_samples:
+        for e in exps:
+            found = history.samples(db, e.id)
+            if not found:
+                continue
+            click.echo("")
+            click.echo(f"Samples of #{e.id} {e.title}:")
+            echo_table(
+                ["PAIR", "SIDE", "METRIC", "SEQ", "VALUE"],
+                [(s.pair, s.side, s.metric, s.seq, s.value) for s in found],
+            )
+
+
+@click.command("history")
+@click.option("--run", "run_ref", default=None, help="A run id or name (default: list every run).")
+@click.option("--samples", is_flag=True, help="Also print the raw samples (always in --json).")
+@json_option
+@click.pass_context
+def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: bool) -> None:
+    """Runs, waves, experiments, decisions and raw samples.
+
+    Without --run, one line per run; with --run, the run's waves, experiments (status, verdict,
+    effect, interval, pairs) and winners. --json prints everything, raw samples included; every
+    experiment carries id, title, status, effect, ci, pairs, hypothesis, sources and log_dir.
+    """
+    from runner import history as hist
+
+    ws = workspace(ctx)
+    db = ws.db()
+    if as_json:
+        run_id = hist.find_run(db, run_ref).id if run_ref is not None else None
+        echo_json(hist.history_json(db, run_id))
+        return
+    if run_ref is not None:
+        _print_run(db, hist.find_run(db, run_ref), with_samples=samples)
+        return
+    found = hist.runs(db)
+    if not found:
+        click.echo("No runs yet. Start one with: autoresearch run")
+        return
+    echo_table(
+        ["ID", "NAME", "STATUS", "STARTED", "WAVES", "EXPERIMENTS", "KEPT", "WINNERS", "NOISE FLOOR"],
+        [
+            (
+                r.id,
+                r.name,
+                r.status + (" (imported)" if r.imported_from else ""),
+                _when(r.started_at),
+                r.waves,
+                r.experiments,
+                r.kept,
+                r.winners,
+                _pct(r.noise_floor).lstrip("+"),
+            )
+            for r in found
+        ],
+    )
+
+
+@click.command("report")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Report file (default: the workspace's reports/<run>.<format>).",
+)
+@json_option
+@click.pass_context
+def report(ctx: click.Context, run_ref: str, fmt: str, output: Path | None, as_json: bool) -> None:
+    """Write RUN's report: runs, waves and experiments tables, a plot of the primary metric's effect
+    per experiment with its interval, the self-test noise floor, the final stack and ablation, and
+    the provenance of every winner."""
+    from runner.report import write_report
+
+    ws = workspace(ctx)
+    written = write_report(ws, ws.db(), run_ref, fmt=fmt, output=output)
+    if as_json:
+        echo_json({"report": str(written.path), "plot": str(written.plot) if written.plot else None})
+        return
+    click.echo(f"Wrote {written.path}")
+    if written.plot:
+        click.echo(f"  plot {written.plot}")
+
+
+def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
+    """The workspace config's policy and metric, for runs whose stored policy lacks a key."""
+    settings = workspace(ctx).settings
+    return {
+        **settings.policy.model_dump(),
+        "metric": settings.metric.primary,
+        "direction": settings.metric.direction,
+        "guards": [g.model_dump() for g in settings.metric.guards],
+    }
+
+
+@click.command("redecide")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--min-effect", type=float, default=None, help="Smallest effect worth keeping (0.01 = 1%).")
+@click.option("--alpha", type=float, default=None, help="Error rate (false keeps controlled across a wave).")
+@click.option("--max-pairs", type=int, default=None, help="The cap on pairs per experiment.")
+@click.option("--save", is_flag=True, help="Store the new verdicts (origin redecide, not final).")
+@click.option("--all", "show_all", is_flag=True, help="List every experiment, not only the flips.")
+@json_option
+@click.pass_context
+def redecide(
+    ctx: click.Context,
+    run_ref: str,
+    min_effect: float | None,
+    alpha: float | None,
+    max_pairs: int | None,
+    save: bool,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """Re-decide every experiment of RUN from its stored samples under another policy; list what
+    flips (old verdict -> new verdict). The run's own decisions and statuses are never changed."""
+    from runner.redecide import format_flip
+    from runner.redecide import redecide as run_redecide
+
+    ws = workspace(ctx)
+    result = run_redecide(
+        ws.db(),
+        run_ref,
+        min_effect=min_effect,
+        alpha=alpha,
+        max_pairs=max_pairs,
+        save=save,
+        fallback_policy=_fallback_policy(ctx),
+    )
+    if as_json:
+        echo_json(result.to_json())
+        return
+    p = result.policy
+    click.echo(
+        f"Run {result.run.name}: {len(result.items)} experiments re-decided on {result.metric} "
+        f"(min_effect {p.min_effect:.2%}, alpha {p.alpha}, max_pairs {p.max_pairs}): "
+        f"{len(result.flips)} flip(s)"
+    )
+    for item in result.items if show_all else result.flips:
+        click.echo(("  * " if item.flipped else "    ") + format_flip(item))
+    if result.skipped:
+        click.echo(f"  {len(result.skipped)} not re-decided (checks_failed, crashed, refused, ...)")
+    if save:
+        click.echo(f"  saved {result.saved} decisions (origin redecide)")
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", default=None, help="Run name (default: import-<config name>).")
+@json_option
+@click.pass_context
+def import_(ctx: click.Context, file: Path, name: str | None, as_json: bool) -> None:
+    """Import an autoresearch.jsonl log (pi-autoresearch, SkyPilot example) into the history: one
+    run per config segment, its lines as experiments with a single sample each."""
+    from runner.importer import import_jsonl
+
+    ws = workspace(ctx)
+    imported = import_jsonl(ws.db(), file, name=name)
+    if as_json:
+        echo_json({"runs": [r.to_json() for r in imported]})
+        return
+    for r in imported:
+        click.echo(
+            f"Imported run {r.id} {r.name}: {r.experiments} experiments, {r.kept} kept "
+            f"({r.metric}, {r.direction} is better)"
+        )
+    click.echo("Browse with: autoresearch history --run NAME; re-analyse with: autoresearch redecide NAME")
