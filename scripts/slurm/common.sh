@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the variables are for the scripts that source this
 # Settings and helpers shared by up.sh and down.sh (sourced, not run).
 # Every setting can be overridden from the environment; down.sh must see the same values as up.sh.
 
@@ -35,17 +36,24 @@ PROFILE_D=/etc/profile.d/autoresearch-slurm.sh
 LD_CONF=/etc/ld.so.conf.d/autoresearch-slurm.conf
 SLURM_SSH_CONFIG=$HOME/.slurm/config
 MARKER="# Managed by autoresearch scripts/slurm/up.sh"
-DAEMONS="munged slurmctld slurmd sshd"
 
 log() { printf '[slurm %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# Telemetry off before any sky call: the API server inherits these.
-sky_env() {
-  export SKYPILOT_DISABLE_USAGE_COLLECTION=1 DO_NOT_TRACK=1 SCARF_NO_ANALYTICS=1
-  export SKY_RUNTIME_DIR=$SKY_RUNTIME SKYPILOT_GLOBAL_CONFIG=$SKY_CONFIG
-  export SKYPILOT_API_SERVER_LOCAL_PORT=$API_PORT
+# What a SkyPilot client needs to use the test cluster (up.sh writes it to env.sh). Telemetry is
+# off before any sky call: the API server inherits these.
+env_lines() {
+  cat <<EOF
+export SKYPILOT_DISABLE_USAGE_COLLECTION=1 DO_NOT_TRACK=1 SCARF_NO_ANALYTICS=1
+export SKY_RUNTIME_DIR=$SKY_RUNTIME
+export SKYPILOT_GLOBAL_CONFIG=$SKY_CONFIG
+export SKYPILOT_API_SERVER_LOCAL_PORT=$API_PORT
+export AUTORESEARCH_SLURM_STATE=$STATE
+export AUTORESEARCH_SLURM_INFRA=$INFRA
+export AUTORESEARCH_SLURM_SSH_PORT=$SSH_PORT
+EOF
 }
+sky_env() { eval "$(env_lines)"; }
 
 # The PID recorded for a daemon, if that process is alive and still runs that program.
 daemon_pid() {
@@ -56,7 +64,7 @@ daemon_pid() {
 }
 
 stop_daemon() {
-  local name=$1 pid child i
+  local name=$1 pid child
   if pid=$(daemon_pid "$name"); then
     log "stopping $name (pid $pid)"
     if [ "$name" = sshd ]; then
@@ -65,11 +73,11 @@ stop_daemon() {
       for child in $(pgrep -P "$pid" || true); do kill "$child" 2>/dev/null || true; done
     fi
     kill "$pid" 2>/dev/null || true
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.2
     done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
   fi
   rm -f "$STATE/run/$name.pid"
 }

@@ -4,6 +4,7 @@
 # Kept for a faster next up.sh: the packages, the login user, the python3.10 and uv copies, logs.
 # `down.sh --purge` removes those too (but never the packages). Idempotent.
 set -euo pipefail
+# shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root"
@@ -25,7 +26,7 @@ fi
 # Clusters still up hold Slurm allocations: cancel them before the daemons go.
 if daemon_pid slurmctld >/dev/null && id -u "$LOGIN_USER" >/dev/null 2>&1; then
   scancel --user "$LOGIN_USER" 2>/dev/null || true
-  for i in $(seq 30); do
+  for _ in $(seq 30); do
     [ -z "$(squeue -h --user "$LOGIN_USER" 2>/dev/null)" ] && break
     sleep 1
   done
@@ -56,7 +57,10 @@ if [ -f "$SLURM_SSH_CONFIG" ]; then
 fi
 
 if [ -n "$purge" ]; then
-  log "purging the login user, config files and $STATE"
+  log "purging the login user (and its uv cache in /tmp), config files and $STATE"
+  if id -u "$LOGIN_USER" >/dev/null 2>&1; then
+    find /tmp -mindepth 1 -maxdepth 1 -user "$LOGIN_USER" -exec rm -rf {} +
+  fi
   ! id -u "$LOGIN_USER" >/dev/null 2>&1 || userdel --remove "$LOGIN_USER" 2>/dev/null || true
   for f in "$SLURM_CONF" "$PROFILE_D" "$LD_CONF"; do
     if [ -f "$f" ] && grep -qF "$MARKER" "$f" 2>/dev/null; then rm -f "$f"; fi

@@ -10,9 +10,11 @@ JSON line with what it saw and how long each step took; exits non-zero on any fa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -22,8 +24,7 @@ from typing import Any
 DEFAULT_STATE = "/var/lib/autoresearch-slurm"
 TERMINAL = {"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"}
 # Keep SkyPilot's own traffic home; must be set before `sky` is imported.
-TELEMETRY_OFF = {"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "DO_NOT_TRACK": "1",
-                 "SCARF_NO_ANALYTICS": "1"}
+TELEMETRY_OFF = {"SKYPILOT_DISABLE_USAGE_COLLECTION": "1", "DO_NOT_TRACK": "1", "SCARF_NO_ANALYTICS": "1"}
 
 
 def load_env_file(path: Path) -> dict[str, str]:
@@ -40,10 +41,12 @@ def load_env_file(path: Path) -> dict[str, str]:
     return env
 
 
-def wait_for_job(cluster: str, job_id: int, timeout_s: float) -> str:
+def wait_for_job(cluster: str, job_id: int | None, timeout_s: float) -> str:
     """Polls `sky.job_status` until the job reaches a terminal status; returns its name."""
     import sky
 
+    if job_id is None:  # launch/exec give None only for a dry run or a task without `run`
+        raise RuntimeError(f"no job was submitted on {cluster}")
     deadline = time.monotonic() + timeout_s
     while True:
         statuses = sky.get(sky.job_status(cluster, [job_id]))
@@ -56,12 +59,21 @@ def wait_for_job(cluster: str, job_id: int, timeout_s: float) -> str:
         time.sleep(2)
 
 
-def run_log(cluster: str, job_id: int) -> str:
-    """The clean run output of a job (`<dir>/tasks/run.log`): download_logs wants string ids."""
+def run_log(cluster: str, job_id: int | None) -> str:
+    """The clean run output of a job (`<dir>/tasks/run.log`), its downloaded copy then removed.
+
+    download_logs takes job ids as strings, blocks, and maps each id to a directory given as
+    '~/sky_logs/<cluster>/<id>-<task>': a literal '~' meaning $HOME (not SKY_RUNTIME_DIR).
+    """
     import sky
 
     paths = sky.download_logs(cluster, [str(job_id)])
-    return (Path(paths[str(job_id)]) / "tasks" / "run.log").read_text()
+    log_dir = Path(os.path.expanduser(paths[str(job_id)]))
+    text = (log_dir / "tasks" / "run.log").read_text()
+    shutil.rmtree(log_dir)
+    with contextlib.suppress(OSError):  # the cluster's folder, once its last job's logs are gone
+        log_dir.parent.rmdir()
+    return text
 
 
 def smoke(infra: str, cluster: str, job_timeout_s: float) -> dict[str, Any]:
@@ -69,8 +81,7 @@ def smoke(infra: str, cluster: str, job_timeout_s: float) -> dict[str, Any]:
 
     result: dict[str, Any] = {"cluster": cluster, "infra": infra, "seconds": {}}
     seconds: dict[str, float] = result["seconds"]
-    # download_logs writes under the cwd-independent ~/sky_logs; run from a tmp cwd anyway so a
-    # relative path in a task can never pick up the caller's tree.
+    # A task's relative paths resolve against the cwd: never let them pick up the caller's tree.
     os.chdir(tempfile.mkdtemp(prefix="slurm-smoke-"))
     try:
         task = sky.Task(name="smoke", run='echo "METRIC x=1"; echo "EXPERIMENT_STATUS: done"')
@@ -91,8 +102,7 @@ def smoke(infra: str, cluster: str, job_timeout_s: float) -> dict[str, Any]:
         exec_job_id, _ = sky.get(sky.exec(exec_task, cluster_name=cluster))
         status = wait_for_job(cluster, exec_job_id, job_timeout_s)
         seconds["exec_finished"] = round(time.monotonic() - t, 1)
-        result["exec"] = {"job_id": exec_job_id, "status": status,
-                          "run_log": run_log(cluster, exec_job_id)}
+        result["exec"] = {"job_id": exec_job_id, "status": status, "run_log": run_log(cluster, exec_job_id)}
     finally:
         t = time.monotonic()
         sky.get(sky.down(cluster))
@@ -106,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(os.environ.get("AUTORESEARCH_SLURM_STATE", DEFAULT_STATE))
     parser.add_argument("--env-file", type=Path, default=state / "env.sh")
     parser.add_argument("--cluster", default=f"ar-smoke-{secrets.token_hex(2)}")
-    parser.add_argument("--job-timeout", type=float, default=600.0,
-                        help="seconds each job may take once submitted")
+    parser.add_argument(
+        "--job-timeout", type=float, default=600.0, help="seconds each job may take once submitted"
+    )
     args = parser.parse_args(argv)
 
     os.environ.update(TELEMETRY_OFF)
@@ -116,8 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     result = smoke(os.environ["AUTORESEARCH_SLURM_INFRA"], args.cluster, args.job_timeout)
     result["seconds"]["total"] = round(time.monotonic() - t, 1)
     print(json.dumps(result))
-    ok = (result["launch"]["status"] == "SUCCEEDED" and result["exec"]["status"] == "SUCCEEDED"
-          and "METRIC x=1" in result["launch"]["run_log"] and not result["after_down"])
+    ok = (
+        result["launch"]["status"] == "SUCCEEDED"
+        and result["exec"]["status"] == "SUCCEEDED"
+        and "METRIC x=1" in result["launch"]["run_log"]
+        and not result["after_down"]
+    )
     return 0 if ok else 1
 
 

@@ -3,14 +3,15 @@
 # with no internet: Debian's slurm + munge, and a private sshd on 127.0.0.1 as the login node.
 # Idempotent: run it again at any time. Needs root. See README.md beside this file.
 set -euo pipefail
+# shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages, adds a user and starts daemons)"
 t_start=$SECONDS
 
-# Writes stdin to $1 (mode $2, owner $3) when the content differs; succeeds only if it changed.
+# Writes stdin to $1 (mode $2, owned by root) when the content differs; succeeds only if it changed.
 put_file() {
-  local path=$1 mode=$2 owner=${3:-root:root} tmp
+  local path=$1 mode=$2 tmp
   tmp=$(mktemp)
   cat >"$tmp"
   if [ -f "$path" ] && cmp -s "$tmp" "$path"; then
@@ -18,7 +19,7 @@ put_file() {
     return 1
   fi
   mkdir -p "$(dirname "$path")"
-  install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$path"
+  install -m "$mode" "$tmp" "$path"
   rm -f "$tmp"
 }
 
@@ -306,17 +307,12 @@ slurm:
       workdir: $SKY_WORKDIR
 EOF
 
-put_file "$ENV_FILE" 644 <<EOF || true
-$MARKER: source this before using SkyPilot against the test cluster.
-export SKYPILOT_DISABLE_USAGE_COLLECTION=1 DO_NOT_TRACK=1 SCARF_NO_ANALYTICS=1
-export SKY_RUNTIME_DIR=$SKY_RUNTIME
-export SKYPILOT_GLOBAL_CONFIG=$SKY_CONFIG
-export SKYPILOT_API_SERVER_LOCAL_PORT=$API_PORT
-export AUTORESEARCH_SLURM_STATE=$STATE
-export AUTORESEARCH_SLURM_INFRA=$INFRA
-EOF
+{
+  echo "$MARKER: source this before using SkyPilot against the test cluster."
+  env_lines
+} | put_file "$ENV_FILE" 644 || true
 
-log "sky check slurm (starts SkyPilot's API server on 127.0.0.1:$API_PORT)"
+log "sky check slurm (SkyPilot's API server on 127.0.0.1:$API_PORT, started if needed)"
 sky_env
 "$PY" - "$STATE/log/sky-check.out" <<'EOF' || die "sky check slurm failed: see $STATE/log/sky-check.out"
 import contextlib

@@ -29,7 +29,8 @@ enum demo_op {
     OP_MUL,       /* dst = src0 * src1 (src1 may be one row, broadcast) */
     OP_RMS_NORM,  /* dst = src0 / sqrt(mean(src0^2) + eps), per row; params[0] = eps */
     OP_GET_ROWS,  /* dst = rows [iparams[0], iparams[0] + dst->ne[1]) of src0 */
-    OP_MUL_MAT,   /* dst[m][r] = dot(src0 row r, src1 row m); src0 is Q8_0 */
+    OP_MUL_MAT,   /* dst[m][r] = dot(src0 row r, src1 row m); src0 is Q8_0, src1 is f32 and is
+                   * quantized to Q8_0 first (as ggml does), so the dots are integer sums */
     OP_SOFT_MAX,  /* dst = softmax(src0 * params[0] + src1), per row; src1 = mask row or NULL */
     OP_COUNT,
 };
@@ -97,7 +98,10 @@ int demo_graph_n_uses(const struct demo_graph *graph, const struct demo_tensor *
 bool demo_can_fuse(const struct demo_graph *graph, int i, const enum demo_op *ops, int n_ops);
 const char *demo_op_name(enum demo_op op);
 size_t demo_nbytes(const struct demo_tensor *t);
+/* CPU time of the process in ns: time the scheduler gives to other tenants of a shared machine
+ * does not count. The backends are single-threaded, so it is their running time. */
 int64_t demo_time_ns(void);
+int64_t demo_wall_ns(void); /* monotonic wall-clock time in ns */
 
 static inline float *demo_row_f32(const struct demo_tensor *t, int64_t r) {
     return (float *)((char *)t->data + (size_t)r * t->nb1);
