@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -91,6 +91,11 @@ class SkyPilotSettings(_Section):
 class FleetSettings(_Section):
     backend: Literal["local", "skypilot"] = "local"
     parallel: int = Field(2, ge=1)
+    wave_size: int = Field(0, ge=0)
+    """Experiments per wave (0: as many as `parallel`). Every wave re-measures the current baseline."""
+    template: str = ""
+    """Experiment task template (a SkyPilot task YAML); empty: the packaged runner/experiment.yaml.
+    A relative path is read from the workspace. Patches may never touch it."""
     skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
 
 
@@ -122,26 +127,91 @@ class HypothesesSettings(_Section):
 
 
 class InventoryRule(_Section):
-    """A project-specific fusion pattern: a regex whose named group `ops` lists the fused ops."""
+    """How a project decides a fusion, for trees that are not ggml's (`[[kb.inventory.rules]]`).
 
-    pattern: str
+    Give `call`, `pattern`, or both. Example for a tree whose backends call
+    `demo_can_fuse(graph, i, (enum demo_op[]){OP_RMS_NORM, OP_MUL}, 2)`:
+    `call = ["demo_can_fuse"]`, `op_prefix = "OP_"`.
+    """
+
+    call: list[str] = Field(default_factory=list)
+    """Functions whose call decides a fusion. Their op list is read like ggml_can_fuse's (the first
+    brace list or compound literal argument, else the third argument; named lists, helpers that wrap
+    the call and lists built at run time are followed)."""
+    op_prefix: str = "GGML_OP_"
+    """Prefix of the op enum constants (`OP_` for `OP_RMS_NORM`); names are reported without it."""
+    unary_prefix: str = ""
+    """Prefix of unary-kind constants (`GGML_UNARY_OP_`), so `UNARY` can be reported as `UNARY:SILU`."""
+    pattern: str = ""
+    """A regex over the source (comments removed); its named group `ops` holds the fused op names."""
     backend_glob: str = ""
-    op_prefix: str = ""
+    """Only backends whose name matches this glob (empty: every backend)."""
+
+    @field_validator("call", mode="before")
+    @classmethod
+    def _calls(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        import re
+
+        if value:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"pattern {value!r} is not a valid regex ({exc})") from None
+        return value
 
 
 class InventorySettings(_Section):
+    """The backend fusion inventory (`autoresearch kb inventory`). Defaults read ggml trees."""
+
     target_backend: str = "cpu"
+    """The backend being optimised: its gaps are listed first and mined into hypotheses."""
     backends_root: str = ""
     """Folder holding one folder per backend; empty means the ggml layout (`ggml/src/ggml-<name>/`)."""
     backend_dir_pattern: str = ""
-    """Regex with a group `name` that picks backend folders under backends_root."""
+    """Regex (full match) with a group `name` that picks backend folders under backends_root
+    (empty: `ggml-(?P<name>...)` for ggml, else every folder, named as it is)."""
     rules: list[InventoryRule] = Field(default_factory=list)
+    """How fusions are decided; empty means ggml's (ggml_can_fuse and relatives, GGML_OP_ ops)."""
+    single_ops: list[str] = Field(default_factory=lambda: ["SOFT_MAX", "FLASH_ATTN_EXT", "GLU"])
+    """Ops fused by construction (softmax with scale and mask, ...): listed per backend, never gaps."""
+    view_ops: list[str] = Field(default_factory=lambda: ["NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"])
+    """Ops that move no data, dropped from fusion keys so backends placing views differently compare."""
+    reorder_functions: str = r"graph_optimi[sz]e|reorder"
+    """Regex on function names: fusion checks inside them only reorder the graph and are ignored."""
+    extensions: list[str] = Field(
+        default_factory=lambda: [".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".m", ".mm"]
+    )
+    """Source files read in each backend folder."""
+
+    @field_validator("backend_dir_pattern", "reorder_functions")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a valid regex ({exc})") from None
+        return value
 
 
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     fetch_timeout: float = 20.0
     max_page_bytes: int = 5_000_000
+    arxiv_base: str = "https://arxiv.org"
+    """Where `kb add-paper` fetches arXiv HTML versions from (abs/pdf links are mapped to html)."""
+    passage_chars: Annotated[int, Field(ge=200)] = 1200
+    """Target passage length in characters (a passage never crosses a heading)."""
+    max_commit_diff_bytes: Annotated[int, Field(ge=1000)] = 300_000
+    """A fork commit's stored diff is cut at this size (the commit is kept and marked truncated)."""
+    max_file_diff_bytes: Annotated[int, Field(ge=1000)] = 100_000
+    """One file's part of a stored diff is cut at this size (huge generated files)."""
 
 
 class ForkSuggestion(_Section):

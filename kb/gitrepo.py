@@ -250,9 +250,13 @@ def grep_count(
 # --- forks: remote refs, fetching, ancestry, batched reads (kb/forks.py) --------------------------
 
 
+# A remote that wants credentials fails at once instead of waiting for a password on the terminal.
+_NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+
+
 def ls_remote(repo: git.Repo, location: str) -> tuple[str | None, dict[str, str]]:
     """(default branch or None when HEAD is detached, {branch: sha}) of a remote or local repository."""
-    code, out, err = _git(repo, "ls-remote", "--symref", location, "HEAD", "refs/heads/*")
+    code, out, err = _git(repo, "ls-remote", "--symref", location, "HEAD", "refs/heads/*", env=_NO_PROMPT)
     if code != 0:
         detail = err.strip().splitlines()
         reason = detail[-1] if detail else f"exit {code}"
@@ -271,7 +275,7 @@ def ls_remote(repo: git.Repo, location: str) -> tuple[str | None, dict[str, str]
 def fetch_branch(repo: git.Repo, location: str, branch: str, dest_ref: str) -> str:
     """Fetch one branch of `location` into `dest_ref` of this repository; return the fetched sha."""
     code, _, err = _git(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location,
-                        f"+refs/heads/{branch}:{dest_ref}")
+                        f"+refs/heads/{branch}:{dest_ref}", env=_NO_PROMPT)
     if code != 0:
         detail = err.strip().splitlines()
         reason = detail[-1] if detail else f"exit {code}"
@@ -364,3 +368,44 @@ def patch_ids(repo: git.Repo, patches: Path) -> dict[str, str]:
         if sha:
             found[sha.strip()] = patch_id
     return found
+
+
+def read_files(repo: git.Repo, commit: str, paths: list[str]) -> dict[str, str]:
+    """{path: text} of many files of a commit in one `git cat-file --batch` (missing paths left out)."""
+    import subprocess
+
+    if not paths:
+        return {}
+    request = "".join(f"{commit}:{p}\n" for p in paths).encode()
+    result = subprocess.run(
+        ["git", "--git-dir", str(repo.git_dir), "cat-file", "--batch"], input=request, capture_output=True
+    )
+    if result.returncode != 0:
+        detail = result.stderr.decode("utf-8", "replace").strip()
+        raise UserError(f"git cat-file: {detail or f'exit {result.returncode}'}")
+    out = result.stdout
+    found: dict[str, str] = {}
+    pos = 0
+    for path in paths:
+        nl = out.index(b"\n", pos)
+        header = out[pos:nl].split()
+        pos = nl + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue  # "<name> missing", or not a file
+        size = int(header[2])
+        found[path] = out[pos : pos + size].decode("utf-8", errors="replace")
+        pos += size + 1
+    return found
+
+
+def checkout_head(path: Path) -> str | None:
+    """HEAD of the work tree whose top folder is `path`, or None (not a checkout, or a folder inside one)."""
+    import subprocess
+
+    result = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True
+    )
+    lines = result.stdout.split()
+    if result.returncode != 0 or len(lines) != 2:
+        return None
+    return lines[1] if Path(lines[0]).resolve() == path.resolve() else None
