@@ -102,7 +102,7 @@ def insert(db: sqlite_utils.Database, table: str, row: Mapping[str, Any]) -> int
         f"VALUES ({', '.join('?' for _ in columns)})"
     )
     cursor = db.execute(sql, [_encode(row[c]) for c in columns])
-    rowid = cursor.lastrowid
+    rowid: int | None = cursor.lastrowid
     assert rowid is not None
     return rowid
 
