@@ -210,3 +210,39 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
         """,
         list(allowed),
     )
+
+
+def add_note(db: sqlite_utils.Database, hypothesis_id: int, text: str) -> None:
+    """Append a line to a hypothesis's notes (why it is unpatchable, what was merged into it)."""
+    hyp = one(db, "SELECT notes FROM hypotheses WHERE id = ?", [hypothesis_id])
+    if hyp is None:
+        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    notes = f"{hyp['notes']}\n{text}" if hyp["notes"] else text
+    update(db, "hypotheses", hypothesis_id, {"notes": notes, "updated_at": now()})
+
+
+def link_evidence(db: sqlite_utils.Database, hypothesis_id: int, evidence_ids: Iterable[int]) -> int:
+    """Cite more evidence from an existing hypothesis; returns how many links were new."""
+    get(db, hypothesis_id)
+    added = 0
+    with transaction(db):
+        for evidence_id in evidence_ids:
+            if not one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]):
+                raise UserError(f"evidence {evidence_id}: no such evidence id")
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO hypothesis_evidence (hypothesis_id, evidence_id) VALUES (?, ?)",
+                [hypothesis_id, evidence_id],
+            )
+            added += cursor.rowcount
+    return added
+
+
+def evidence_of(db: sqlite_utils.Database, hypothesis_id: int) -> list[int]:
+    return [
+        r["evidence_id"]
+        for r in rows(
+            db,
+            "SELECT evidence_id FROM hypothesis_evidence WHERE hypothesis_id = ? ORDER BY evidence_id",
+            [hypothesis_id],
+        )
+    ]

@@ -1,0 +1,381 @@
+"""The one module that talks to language models, through litellm.
+
+- litellm is imported lazily, once per process, and only here (`import litellm` costs 5-10 s; the CLI's
+  start-up path and the TUI never pay for it). LITELLM_LOCAL_MODEL_COST_MAP is set before the import so
+  litellm reads its bundled price table instead of fetching one over the network.
+- Every attempt is a row of `llm_calls` (purpose, model, prompt, response, tokens, cost, duration, error,
+  attempt), written in its own short transaction so a failure elsewhere never loses the log.
+- Answers are structured: validated against a pydantic model; an invalid answer is sent back with the
+  validation error (a couple of times), then the call fails as a whole: never half-used.
+- Rate limits, timeouts and connection errors are retried with exponential backoff.
+- A dollar budget (`llm.budget_usd`, summed over `llm_calls.cost_usd`) stops further calls.
+- API keys are read by litellm from the environment; they are never stored, and error texts are scrubbed
+  of any environment secret before they are logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import sqlite_utils
+from pydantic import BaseModel, ValidationError
+
+from kb.config import LLMSettings
+from kb.db import insert, log_event, now, one, transaction, update
+from kb.errors import UserError
+
+T = TypeVar("T", bound=BaseModel)
+
+Message = dict[str, str]
+MockItem = str | BaseException
+
+MAX_BACKOFF_S = 60.0
+# Errors worth waiting for; anything else (bad key, unknown model, bad request) fails at once.
+_RETRYABLE = (
+    "RateLimitError",
+    "Timeout",
+    "APIConnectionError",
+    "ServiceUnavailableError",
+    "InternalServerError",
+    "BadGatewayError",
+)
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+_litellm: ModuleType | None = None
+
+
+def litellm_module() -> ModuleType:
+    """Import litellm once, quietly, with the bundled cost map (no network fetch at import)."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True  # no "Provider List: ..." banners on stderr
+        litellm.telemetry = False
+        _litellm = litellm
+    return _litellm
+
+
+class LLMError(UserError):
+    """A model call failed for good (after retries); the attempts are in llm_calls."""
+
+
+class BudgetExceeded(LLMError):
+    """The LLM dollar budget is spent; no further calls are made."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    model: str
+    api_base: str | None = None
+    budget_usd: float = 5.0
+    timeout: float = 120.0
+    max_retries: int = 3
+    temperature: float = 0.2
+
+    @classmethod
+    def from_settings(
+        cls, settings: LLMSettings, *, model: str | None = None, api_base: str | None = None
+    ) -> LLMConfig:
+        """Config values, overridden by --model / --api-base. A missing model is a one-line error."""
+        chosen = (model or settings.model).strip()
+        if not chosen:
+            raise UserError(
+                "llm.model: no model configured (set llm.model in autoresearch.toml or pass --model)"
+            )
+        return cls(
+            model=chosen,
+            api_base=(api_base or settings.api_base or None),
+            budget_usd=settings.budget_usd,
+            timeout=settings.timeout,
+            max_retries=settings.max_retries,
+            temperature=settings.temperature,
+        )
+
+
+@dataclass(frozen=True)
+class StructuredResult(Generic[T]):
+    value: T
+    call_id: int
+    """The llm_calls row of the accepted answer (hypotheses and patches cite it)."""
+    raw: str
+    """The model's accepted answer text."""
+    messages: list[Message]
+    """The conversation that led to it, ending with the model's answer (for follow-up turns)."""
+
+
+def spent_usd(db: sqlite_utils.Database) -> float:
+    row = one(db, "SELECT coalesce(sum(cost_usd), 0) AS spent FROM llm_calls")
+    return float(row["spent"]) if row else 0.0
+
+
+def _secrets() -> list[str]:
+    return [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
+
+
+def scrub(text: str) -> str:
+    """Remove any environment secret from a text that is about to be stored or printed."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
+def _public_base(api_base: str | None) -> str | None:
+    """The api_base without user:password@, if any."""
+    if not api_base:
+        return None
+    parts = urlsplit(api_base)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
+    return api_base
+
+
+def extract_json(text: str) -> str:
+    """The JSON object in an answer: models like to wrap it in ``` fences or a sentence."""
+    stripped = text.strip()
+    fence = re.search(r"```(?:json)?\s*\n(.*?)\n\s*```", stripped, re.DOTALL)
+    if fence:
+        stripped = fence.group(1).strip()
+    if not stripped.startswith("{"):
+        start, end = stripped.find("{"), stripped.rfind("}")
+        if start != -1 and end > start:
+            stripped = stripped[start : end + 1]
+    return stripped
+
+
+def _explain(exc: ValidationError | ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors()[:6]:
+            where = ".".join(str(p) for p in err["loc"]) or "(answer)"
+            parts.append(f"{where}: {err['msg']}")
+        return "; ".join(parts)
+    return str(exc)
+
+
+def schema_instruction(schema: type[BaseModel]) -> str:
+    return (
+        "Answer with exactly one JSON object and nothing else (no prose, no code fences). "
+        "It must validate against this JSON Schema:\n" + json.dumps(schema.model_json_schema(), indent=1)
+    )
+
+
+def with_schema(messages: Sequence[Message], schema: type[BaseModel]) -> list[Message]:
+    """The caller's messages with the schema instruction added to the (first) system message."""
+    out = [dict(m) for m in messages]
+    instruction = schema_instruction(schema)
+    for message in out:
+        if message["role"] == "system":
+            message["content"] = f"{message['content']}\n\n{instruction}"
+            return out
+    return [{"role": "system", "content": instruction}, *out]
+
+
+def _usage(response: Any) -> tuple[int | None, int | None]:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None, None
+    return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+
+
+@dataclass
+class LLMClient:
+    """Structured calls to one model, logged to one workspace database."""
+
+    db: sqlite_utils.Database
+    config: LLMConfig
+    run_id: int | None = None
+    backoff_s: float = 2.0
+    validation_retries: int = 2
+    """Times an invalid answer is sent back with its validation error before the call fails."""
+    mock_responses: list[MockItem] | None = None
+    """Tests: litellm's `mock_response`, one item per model call in order (the last one repeats)."""
+    sleep: Callable[[float], None] = time.sleep
+    _mock_index: int = field(default=0, init=False)
+
+    def _next_mock(self) -> MockItem | None:
+        if not self.mock_responses:
+            return None
+        item = self.mock_responses[min(self._mock_index, len(self.mock_responses) - 1)]
+        self._mock_index += 1
+        return item
+
+    def _log(self, row: dict[str, Any]) -> int:
+        with transaction(self.db):
+            return insert(self.db, "llm_calls", row)
+
+    def _check_budget(self, purpose: str, prompt: str, hypothesis_id: int | None) -> None:
+        spent = spent_usd(self.db)
+        if spent >= self.config.budget_usd:
+            message = (
+                f"llm budget reached: ${spent:.4f} spent of llm.budget_usd ${self.config.budget_usd:.2f}; "
+                "no further model calls (raise llm.budget_usd in autoresearch.toml to continue)"
+            )
+            with transaction(self.db):
+                insert(self.db, "llm_calls", self._row(purpose, prompt, hypothesis_id, 0, error=message))
+                log_event(self.db, "llm.budget", message, level="warning", run_id=self.run_id)
+            raise BudgetExceeded(message)
+
+    def _row(
+        self, purpose: str, prompt: str, hypothesis_id: int | None, attempt: int, **values: Any
+    ) -> dict[str, Any]:
+        return {
+            "purpose": purpose,
+            "model": self.config.model,
+            "api_base": _public_base(self.config.api_base),
+            "prompt": prompt,
+            "attempt": attempt,
+            "run_id": self.run_id,
+            "hypothesis_id": hypothesis_id,
+            "created_at": now(),
+            **values,
+        }
+
+    def _completion(self, messages: list[Message]) -> Any:
+        litellm = litellm_module()
+        kwargs: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": messages,
+            "timeout": self.config.timeout,
+            "temperature": self.config.temperature,
+            # Retries are ours (each one logged); stop litellm and the openai client retrying silently.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if self.config.api_base:
+            kwargs["api_base"] = self.config.api_base
+        mock = self._next_mock()
+        if mock is not None:
+            kwargs["mock_response"] = mock
+        return litellm.completion(**kwargs)
+
+    def _cost(self, response: Any) -> float | None:
+        """Dollar cost from litellm's price table; None when the model has no known price."""
+        litellm = litellm_module()
+        try:
+            return float(litellm.completion_cost(completion_response=response))
+        except Exception:  # unmapped models (local servers) raise; their cost is unknown
+            hidden = getattr(response, "_hidden_params", {}) or {}
+            cost = hidden.get("response_cost")
+            return float(cost) if cost is not None else None
+
+    def _transport(
+        self, purpose: str, messages: list[Message], hypothesis_id: int | None, attempt: int
+    ) -> tuple[int, str, int]:
+        """One answer from the model, retrying transient errors. Returns (call id, text, next attempt)."""
+        prompt = json.dumps(messages, ensure_ascii=False)
+        failures = 0
+        while True:
+            self._check_budget(purpose, prompt, hypothesis_id)
+            started = time.monotonic()
+            try:
+                response = self._completion(messages)
+            except Exception as exc:
+                duration = int((time.monotonic() - started) * 1000)
+                kind = type(exc).__name__
+                detail = scrub(" ".join(str(exc).split()))[:2000]
+                error = f"{kind}: {detail}"
+                call_id = self._log(
+                    self._row(purpose, prompt, hypothesis_id, attempt, error=error, duration_ms=duration)
+                )
+                attempt += 1
+                retryable = kind in _RETRYABLE
+                if retryable and failures < self.config.max_retries:
+                    failures += 1
+                    self.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (failures - 1)))
+                    continue
+                why = f"after {failures + 1} attempts" if retryable else "(not retryable)"
+                raise LLMError(
+                    f"{purpose}: model {self.config.model} failed {why}: {error[:300]} (llm call {call_id})"
+                ) from None
+            duration = int((time.monotonic() - started) * 1000)
+            text = response.choices[0].message.content or ""
+            tokens_in, tokens_out = _usage(response)
+            call_id = self._log(
+                self._row(
+                    purpose,
+                    prompt,
+                    hypothesis_id,
+                    attempt,
+                    response=text,
+                    input_tokens=tokens_in,
+                    output_tokens=tokens_out,
+                    cost_usd=self._cost(response),
+                    duration_ms=duration,
+                )
+            )
+            return call_id, text, attempt + 1
+
+    def complete_structured(
+        self,
+        purpose: str,
+        messages: Sequence[Message],
+        schema: type[T],
+        *,
+        hypothesis_id: int | None = None,
+        validate: Callable[[T], None] | None = None,
+    ) -> StructuredResult[T]:
+        """Ask for an answer matching `schema`; invalid answers are sent back with the error.
+
+        `validate` may raise ValueError for checks the schema cannot express (e.g. a diff that must
+        name files); that counts as invalid too. Raises LLMError (BudgetExceeded) when no valid
+        answer comes; every attempt is in llm_calls either way.
+        """
+        conversation = with_schema(messages, schema)
+        attempt = 1
+        last_error = ""
+        for _ in range(self.validation_retries + 1):
+            call_id, text, attempt = self._transport(purpose, conversation, hypothesis_id, attempt)
+            try:
+                value = schema.model_validate_json(extract_json(text))
+                if validate is not None:
+                    validate(value)
+            except (ValidationError, ValueError) as exc:
+                last_error = _explain(exc)
+                with transaction(self.db):
+                    update(self.db, "llm_calls", call_id, {"error": f"invalid answer: {last_error}"[:2000]})
+                conversation = [
+                    *conversation,
+                    {"role": "assistant", "content": text},
+                    {
+                        "role": "user",
+                        "content": f"That answer is invalid: {last_error}. Reply again with only the "
+                        "corrected JSON object.",
+                    },
+                ]
+                continue
+            return StructuredResult(
+                value=value,
+                call_id=call_id,
+                raw=text,
+                messages=[*conversation, {"role": "assistant", "content": text}],
+            )
+        message = (
+            f"{purpose}: model {self.config.model} gave no valid answer in "
+            f"{self.validation_retries + 1} tries: {last_error[:300]}"
+        )
+        with transaction(self.db):
+            log_event(self.db, "llm.invalid", message, level="error", run_id=self.run_id)
+        raise LLMError(message)
+
+
+def client_for(
+    db: sqlite_utils.Database,
+    settings: LLMSettings,
+    *,
+    model: str | None = None,
+    api_base: str | None = None,
+    run_id: int | None = None,
+) -> LLMClient:
+    return LLMClient(db, LLMConfig.from_settings(settings, model=model, api_base=api_base), run_id=run_id)

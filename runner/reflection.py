@@ -1,0 +1,236 @@
+"""Reflection between waves: a short post-mortem stored in the KB and read by the next research phase.
+
+After a wave, the facts (each experiment's decision, effect, interval, pairs, noise; crashes and
+refusals; the run's noise floor) are summarised. With a model configured, the model turns them into a
+post-mortem: what worked, what was noise, what to try next. Without one (or if the call fails) the
+plain summary is stored instead. Either way it becomes a `note` source with one `note` evidence row
+(so research can search and cite it) linked from `waves.reflection_evidence_id`. Reflecting on the
+same wave again replaces the note in place (same evidence id).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlite_utils
+from pydantic import BaseModel, Field
+
+from kb.db import insert, log_event, now, one, rows, transaction, update
+from kb.errors import UserError
+
+if TYPE_CHECKING:
+    from kb.workspace import Workspace
+    from runner.llm import LLMClient
+
+
+class Reflection(BaseModel):
+    worked: list[str] = Field(description="What produced real, significant gains, and why.")
+    noise: list[str] = Field(description="What was noise or inconclusive, and what that says about the path.")
+    next: list[str] = Field(description="What to try next (or stop trying), most promising first.")
+    summary: str = Field(description="Two or three sentences for the next research phase.")
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{x:+.1%}"
+
+
+def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any], str]:
+    """The wave's experiments and decisions, and a plain-text summary of them."""
+    wave = one(
+        db,
+        "SELECT w.*, r.name AS run_name, r.noise_floor, r.policy FROM waves w JOIN runs r ON r.id = w.run_id "
+        "WHERE w.id = ?",
+        [wave_id],
+    )
+    if wave is None:
+        raise UserError(f"wave {wave_id}: no such wave")
+    # experiments.hypothesis_id (m003) also links experiments that have no patch row (imports).
+    direct = "e.hypothesis_id" if "hypothesis_id" in db["experiments"].columns_dict else "NULL"
+    experiments = rows(
+        db,
+        f"""
+        SELECT e.id, e.title, e.status, e.reason, e.kind,
+               coalesce(p.hypothesis_id, {direct}) AS hypothesis_id, h.title AS hypothesis,
+               d.verdict, d.metric, d.effect, d.ci_low, d.ci_high, d.pairs, d.noise, d.reason AS why
+        FROM experiments e
+        LEFT JOIN patches p ON p.id = e.patch_id
+        LEFT JOIN hypotheses h ON h.id = coalesce(p.hypothesis_id, {direct})
+        LEFT JOIN decisions d ON d.id = (SELECT max(id) FROM decisions WHERE experiment_id = e.id)
+        WHERE e.wave_id = ?
+        ORDER BY e.id
+        """,
+        [wave_id],
+    )
+    groups: dict[str, list[str]] = {}
+    noises: list[float] = []
+    for e in experiments:
+        name = f"#{e['id']} {e['hypothesis'] or e['title']}"
+        if e["noise"] is not None:
+            noises.append(float(e["noise"]))
+        if e["verdict"] is not None and e["status"] in ("kept", "discarded", "inconclusive"):
+            line = (
+                f"{name}: {e['metric']} {_pct(e['effect'])} [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}] "
+                f"over {e['pairs']} pairs" + (f", noise {e['noise']:.1%}" if e["noise"] is not None else "")
+            )
+        else:
+            line = f"{name}" + (f" ({e['reason']})" if e["reason"] else "")
+        groups.setdefault(e["status"], []).append(line)
+    labels = {
+        "kept": "Kept",
+        "discarded": "Discarded",
+        "inconclusive": "Inconclusive (within noise)",
+        "checks_failed": "Checks failed",
+        "crashed": "Crashed",
+        "refused": "Refused (protected path)",
+        "cancelled": "Cancelled",
+        "lost": "Lost (worker lost)",
+        "queued": "Not run",
+        "running": "Still running",
+    }
+    lines = [
+        f"Wave {wave['number']} of run {wave['run_name']} (baseline {str(wave['baseline_commit'])[:12]}): "
+        f"{len(experiments)} experiment(s)."
+    ]
+    for status, label in labels.items():
+        if status in groups:
+            lines.append(f"{label}:")
+            lines.extend(f"- {line}" for line in groups[status])
+    floor = wave["noise_floor"]
+    noise_line = f"Noise: run noise floor {floor:.1%}" if floor is not None else "Noise: no A/A noise floor"
+    if noises:
+        noise_line += f"; per-experiment noise {min(noises):.1%} to {max(noises):.1%}"
+    lines.append(noise_line + ".")
+    facts = {"wave": dict(wave), "experiments": experiments}
+    return facts, "\n".join(lines)
+
+
+def _store(
+    db: sqlite_utils.Database,
+    wave: dict[str, Any],
+    body: str,
+    meta: dict[str, Any],
+) -> int:
+    url = f"autoresearch://run/{wave['run_id']}/wave/{wave['number']}/reflection"
+    title = f"Reflection on wave {wave['number']} of run {wave['run_name']}"
+    stamp = now()
+    with transaction(db):
+        source = one(db, "SELECT id FROM sources WHERE kind = 'note' AND canonical_url = ?", [url])
+        if source is None:
+            source_id = insert(
+                db,
+                "sources",
+                {
+                    "kind": "note",
+                    "name": title,
+                    "title": title,
+                    "url": url,
+                    "canonical_url": url,
+                    "meta": meta,
+                    "created_at": stamp,
+                    "updated_at": stamp,
+                },
+            )
+        else:
+            source_id = source["id"]
+            update(db, "sources", source_id, {"meta": meta, "updated_at": stamp})
+        ref = f"wave:{wave['id']}"
+        existing = one(
+            db, "SELECT id FROM evidence WHERE source_id = ? AND kind = 'note' AND ref = ?", [source_id, ref]
+        )
+        if existing is None:
+            evidence_id = insert(
+                db,
+                "evidence",
+                {
+                    "source_id": source_id,
+                    "kind": "note",
+                    "ref": ref,
+                    "title": title,
+                    "section": "reflection",
+                    "body": body,
+                    "meta": meta,
+                    "created_at": stamp,
+                },
+            )
+        else:
+            evidence_id = existing["id"]
+            update(db, "evidence", evidence_id, {"body": body, "meta": meta, "title": title})
+        update(db, "waves", wave["id"], {"reflection_evidence_id": evidence_id})
+        log_event(
+            db, "wave.reflection", f"{title}: note {evidence_id} ({meta['author']})", run_id=wave["run_id"]
+        )
+    return evidence_id
+
+
+def _render(answer: Reflection, summary: str) -> str:
+    def section(label: str, items: list[str]) -> list[str]:
+        return [f"{label}:", *(f"- {item}" for item in items)] if items else [f"{label}: (none)"]
+
+    return "\n".join(
+        [
+            answer.summary.strip(),
+            "",
+            *section("What worked", answer.worked),
+            *section("What was noise", answer.noise),
+            *section("What to try next", answer.next),
+            "",
+            "Facts:",
+            summary,
+        ]
+    )
+
+
+def reflect_on_wave(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    wave_id: int,
+    *,
+    client: LLMClient | None = None,
+    use_model: bool = True,
+) -> int:
+    """Write the wave's post-mortem as a KB note and return its evidence id.
+
+    Uses `client`, else a client for `llm.model` when one is configured, else (or when the model call
+    fails or the budget is spent) stores the plain summary. Never raises for model trouble: the run
+    loop calls this after every wave. An unknown wave is a UserError."""
+    facts, summary = wave_facts(db, wave_id)
+    wave = facts["wave"]
+    if client is None and use_model and ws.settings.llm.model:
+        from runner.llm import client_for
+
+        client = client_for(db, ws.settings.llm, run_id=wave["run_id"])
+    if client is None or not use_model:
+        return _store(db, wave, summary, {"author": "summary", "run_id": wave["run_id"], "wave_id": wave_id})
+    from runner.llm import LLMError
+
+    messages = [
+        {
+            "role": "system",
+            "content": "You are the performance engineer running this experiment loop. Write a short, "
+            "honest post-mortem of the wave from the facts given: effects whose interval crosses zero "
+            "or that are below the noise floor are noise, not wins. Say what the results imply about "
+            "the bottleneck and what the next research phase should look for or avoid.",
+        },
+        {"role": "user", "content": f"Facts of the wave (measured by the runner):\n{summary}"},
+    ]
+    try:
+        result = client.complete_structured("reflect", messages, Reflection)
+    except LLMError as exc:
+        body = f"{summary}\n\n(model post-mortem unavailable: {exc})"
+        return _store(
+            db,
+            wave,
+            body,
+            {"author": "summary", "run_id": wave["run_id"], "wave_id": wave_id, "error": str(exc)},
+        )
+    return _store(
+        db,
+        wave,
+        _render(result.value, summary),
+        {
+            "author": client.config.model,
+            "llm_call_id": result.call_id,
+            "run_id": wave["run_id"],
+            "wave_id": wave_id,
+        },
+    )

@@ -1,0 +1,209 @@
+"""runner.llm through litellm: mock_response for the unit tests, a real HTTP server for timeouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from kb.db import connect, insert, now, one, rows
+from kb.errors import UserError
+from runner.llm import (
+    BudgetExceeded,
+    LLMClient,
+    LLMConfig,
+    LLMError,
+    extract_json,
+    litellm_module,
+    spent_usd,
+)
+from tests.runner.research_support import ScriptedLLM
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+class Answer(BaseModel):
+    title: str = Field(min_length=3)
+    effect: float
+
+
+VALID = '{"title": "fuse rms norm", "effect": 0.03}'
+MESSAGES = [{"role": "system", "content": "You propose."}, {"role": "user", "content": "Go."}]
+
+
+@pytest.fixture
+def db(tmp_path: Path):  # type: ignore[no-untyped-def]
+    database = connect(tmp_path / "t.db")
+    yield database
+    database.conn.close()
+
+
+def client(db, mocks, **config) -> LLMClient:  # type: ignore[no-untyped-def]
+    sleeps: list[float] = []
+    c = LLMClient(
+        db,
+        LLMConfig(model=config.pop("model", "gpt-4o-mini"), **config),
+        mock_responses=mocks,
+        sleep=sleeps.append,
+        backoff_s=0.5,
+    )
+    c.sleeps = sleeps  # type: ignore[attr-defined]
+    return c
+
+
+def calls(db) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
+    return rows(db, "SELECT * FROM llm_calls ORDER BY id")
+
+
+def test_a_valid_answer_is_parsed_and_logged(db) -> None:  # type: ignore[no-untyped-def]
+    result = client(db, [VALID]).complete_structured("research", MESSAGES, Answer, hypothesis_id=None)
+    assert result.value == Answer(title="fuse rms norm", effect=0.03)
+    [row] = calls(db)
+    assert result.call_id == row["id"]
+    assert row["purpose"] == "research" and row["model"] == "gpt-4o-mini" and row["attempt"] == 1
+    assert row["response"] == VALID and row["error"] is None
+    assert row["input_tokens"] == 10 and row["output_tokens"] == 20  # litellm's mock usage
+    assert row["cost_usd"] > 0  # priced from litellm's bundled table
+    assert row["duration_ms"] >= 0
+    prompt = json.loads(row["prompt"])
+    assert prompt[0]["role"] == "system" and "JSON Schema" in prompt[0]["content"]
+    assert '"effect"' in prompt[0]["content"]
+    assert result.messages[-1] == {"role": "assistant", "content": VALID}
+
+
+def test_fenced_json_is_accepted() -> None:
+    assert extract_json('Sure!\n```json\n{"a": 1}\n```\nDone.') == '{"a": 1}'
+    assert extract_json('Here it is: {"a": {"b": 2}} hope it helps') == '{"a": {"b": 2}}'
+
+
+def test_malformed_json_is_sent_back_then_accepted(db) -> None:  # type: ignore[no-untyped-def]
+    c = client(db, ['{"title": "fuse", "effect": ', VALID])
+    result = c.complete_structured("research", MESSAGES, Answer)
+    assert result.value.effect == 0.03
+    first, second = calls(db)
+    assert first["error"].startswith("invalid answer: ") and first["attempt"] == 1
+    assert second["error"] is None and second["attempt"] == 2 and result.call_id == second["id"]
+    retry_prompt = json.loads(second["prompt"])
+    assert retry_prompt[-2] == {"role": "assistant", "content": '{"title": "fuse", "effect": '}
+    assert "That answer is invalid" in retry_prompt[-1]["content"]
+
+
+def test_an_answer_that_never_validates_fails_whole(db) -> None:  # type: ignore[no-untyped-def]
+    c = client(db, ['{"title": "x", "effect": "big"}'])
+    with pytest.raises(
+        LLMError, match=r"research: model gpt-4o-mini gave no valid answer in 3 tries: .*title"
+    ):
+        c.complete_structured("research", MESSAGES, Answer)
+    logged = calls(db)
+    assert [r["attempt"] for r in logged] == [1, 2, 3]
+    assert all("invalid answer" in r["error"] and "effect" in r["error"] for r in logged)
+    assert one(db, "SELECT level FROM events WHERE kind = 'llm.invalid'") == {"level": "error"}
+
+
+def test_an_extra_check_counts_as_invalid(db) -> None:  # type: ignore[no-untyped-def]
+    def no_negative(answer: Answer) -> None:
+        if answer.effect < 0:
+            raise ValueError("effect: must not be negative")
+
+    c = client(db, ['{"title": "slower", "effect": -0.1}', VALID])
+    assert c.complete_structured("research", MESSAGES, Answer, validate=no_negative).value.effect == 0.03
+    assert "must not be negative" in calls(db)[0]["error"]
+
+
+def test_rate_limits_are_retried_with_backoff(db) -> None:  # type: ignore[no-untyped-def]
+    c = client(db, ["litellm.RateLimitError", "litellm.RateLimitError", VALID], max_retries=3)
+    assert c.complete_structured("queries", MESSAGES, Answer).value.title == "fuse rms norm"
+    assert c.sleeps == [0.5, 1.0]  # type: ignore[attr-defined]
+    logged = calls(db)
+    assert [r["error"].split(":")[0] if r["error"] else None for r in logged] == [
+        "RateLimitError",
+        "RateLimitError",
+        None,
+    ]
+    assert [r["attempt"] for r in logged] == [1, 2, 3]
+
+
+def test_retries_run_out(db) -> None:  # type: ignore[no-untyped-def]
+    c = client(db, ["litellm.RateLimitError"], max_retries=2)
+    with pytest.raises(LLMError, match="failed after 3 attempts: RateLimitError"):
+        c.complete_structured("queries", MESSAGES, Answer)
+    assert len(calls(db)) == 3
+
+
+def test_errors_that_retrying_cannot_fix_fail_at_once_and_keys_are_scrubbed(
+    db,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    litellm = litellm_module()
+    bad_key = litellm.AuthenticationError(
+        message=f"Incorrect API key provided: {SECRET}", llm_provider="openai", model="gpt-4o-mini"
+    )
+    c = client(db, [bad_key], api_base="https://user:hunter2secret@llm.example.invalid/v1")
+    with pytest.raises(LLMError, match="not retryable") as info:
+        c.complete_structured("patch", MESSAGES, Answer)
+    assert SECRET not in str(info.value)
+    [row] = calls(db)
+    assert row["error"].startswith("AuthenticationError") and "***" in row["error"]
+    assert SECRET not in json.dumps(row) and "hunter2secret" not in json.dumps(row)
+    assert row["api_base"] == "https://llm.example.invalid/v1"
+    assert c.sleeps == []  # type: ignore[attr-defined]
+
+
+def test_the_budget_stops_further_calls(db) -> None:  # type: ignore[no-untyped-def]
+    c = client(db, [VALID], budget_usd=0.00001)  # one gpt-4o-mini mock call costs $0.0000135
+    c.complete_structured("research", MESSAGES, Answer)
+    assert spent_usd(db) > 0.00001
+    with pytest.raises(
+        BudgetExceeded, match=r"llm budget reached: \$0\.0000 spent of llm.budget_usd \$0\.00"
+    ):
+        c.complete_structured("research", MESSAGES, Answer)
+    logged = calls(db)
+    assert (
+        len(logged) == 2 and logged[1]["error"].startswith("llm budget reached") and logged[1]["attempt"] == 0
+    )
+    assert logged[1]["response"] is None
+    assert one(db, "SELECT level FROM events WHERE kind = 'llm.budget'") == {"level": "warning"}
+
+
+def test_a_spent_budget_makes_no_model_call(db) -> None:  # type: ignore[no-untyped-def]
+    insert(
+        db,
+        "llm_calls",
+        {"purpose": "research", "model": "x", "prompt": "[]", "cost_usd": 5.0, "created_at": now()},
+    )
+    c = client(db, [VALID], budget_usd=5.0)
+    with pytest.raises(BudgetExceeded):
+        c.complete_structured("research", MESSAGES, Answer)
+    assert c._mock_index == 0  # litellm was never called
+
+
+def test_no_model_is_a_one_line_error() -> None:
+    from kb.config import LLMSettings
+
+    with pytest.raises(UserError, match="llm.model: no model configured"):
+        LLMConfig.from_settings(LLMSettings())
+    config = LLMConfig.from_settings(LLMSettings(model="gpt-4o", api_base="http://a"), model="openai/x")
+    assert config.model == "openai/x" and config.api_base == "http://a"
+
+
+def test_a_timeout_through_a_real_http_server(db, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with ScriptedLLM([{"delay": 3.0, "content": VALID}, VALID]) as server:
+        c = LLMClient(
+            db,
+            LLMConfig(model=server.litellm_model, api_base=server.base_url, timeout=0.5, max_retries=1),
+            backoff_s=0.01,
+        )
+        result = c.complete_structured("research", MESSAGES, Answer)
+    assert result.value.title == "fuse rms norm"
+    first, second = calls(db)
+    assert first["error"].startswith("Timeout") and first["duration_ms"] < 2500
+    assert second["error"] is None and second["cost_usd"] is None  # a local model has no price
+    assert second["input_tokens"] == 100 and second["api_base"] == server.base_url
+    # The key reached the server as litellm sends it, and is nowhere in the database.
+    assert server.requests[-1]["_authorization"] == "Bearer dummy-key-for-tests"
+    assert "dummy-key-for-tests" not in json.dumps(calls(db))
