@@ -81,11 +81,20 @@ class SkyPilotSettings(_Section):
     memory: str = ""
     accelerators: str = ""
     max_clusters: int = Field(2, ge=1)
-    price_per_hour: float | None = None
+    """Clusters of one run at once (the run's `parallel` is capped by it)."""
+    price_per_hour: float | None = Field(None, ge=0.0)
     """Per-hour price override for infra that reports none (Slurm, Kubernetes)."""
-    noise_limit: float = 0.10
+    noise_limit: float = Field(0.10, gt=0.0)
     """A new worker whose A/A noise (per-sample CV) exceeds this is replaced."""
-    stagger_seconds: float = 20.0
+    qualify_pairs: int = Field(6, ge=3)
+    """A/A pairs a new cluster runs (its first job, right after setup) before it takes experiments."""
+    stagger_seconds: float = Field(20.0, ge=0.0)
+    """Seconds between two cluster launches (clusters sharing a node race for SkyPilot's ports)."""
+    idle_minutes: float = Field(5.0, ge=0.0)
+    """A qualified cluster idle this long while nothing of its run is queued is downed."""
+    max_failures: int = Field(3, ge=1)
+    """Launch or qualification failures in a row (no capacity, failed setup, too noisy) before the
+    run stops launching and is interrupted with the last reason."""
 
 
 class FleetSettings(_Section):

@@ -163,8 +163,12 @@ def claimed_effect(message: str) -> float | None:
     return min(max(claims), MAX_CLAIMED_EFFECT)
 
 
-def mine_forks(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
-    """One hypothesis per fork-only commit in the paths of interest, its diff as the patch."""
+def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: bool = False) -> MineReport:
+    """One hypothesis per fork-only commit in the paths of interest, its diff as the patch.
+
+    A commit touching a protected path (the benchmark, the checks, ...) is skipped, or with
+    `queue_protected` mined like the others so that the runner refuses it on the record (status
+    `refused`, with the path): the demo shows that refusal."""
     from kb import gitrepo
 
     settings = ws.settings
@@ -204,7 +208,7 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
         if interest and not any(_matches(path, interest) for path in files):
             report.skip("outside_paths_of_interest")
             continue
-        if refusal(files, protected):
+        if not queue_protected and refusal(files, protected):
             report.skip("protected_path")
             continue
         if repo is None:
@@ -253,9 +257,9 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
     return report
 
 
-def mine(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
+def mine(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: bool = False) -> MineReport:
     """Both miners; logs one event with what was added."""
-    report = mine_gaps(ws, db).merge(mine_forks(ws, db))
+    report = mine_gaps(ws, db).merge(mine_forks(ws, db, queue_protected=queue_protected))
     with transaction(db):
         log_event(
             db,

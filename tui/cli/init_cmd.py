@@ -10,10 +10,18 @@ import click
 @click.command("init")
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--target", default=None, help="Target repository: a local path or a git URL.")
-@click.option("--recipe", type=click.Choice(["llama.cpp"]), default=None,
-              help="Prepare a known target (tree, model, scripts, config).")
-@click.option("--gguf", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="llama.cpp recipe: benchmark model (default: Gemma 3 270M Q4_K_M from PyPI).")
+@click.option(
+    "--recipe",
+    type=click.Choice(["llama.cpp"]),
+    default=None,
+    help="Prepare a known target (tree, model, scripts, config).",
+)
+@click.option(
+    "--gguf",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="llama.cpp recipe: benchmark model (default: Gemma 3 270M Q4_K_M from PyPI).",
+)
 @click.option("--baseline", default="HEAD", show_default=True, help="Baseline ref (branch, tag, sha).")
 @click.option("--build-cmd", default=None, help="Command that builds the target in a tree.")
 @click.option("--metric", default=None, help="Primary metric name (from METRIC lines).")

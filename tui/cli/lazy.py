@@ -31,8 +31,12 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [
-            (name, self.lazy_commands[name][2] if name in self.lazy_commands
-             else self.commands[name].get_short_help_str())
+            (
+                name,
+                self.lazy_commands[name][2]
+                if name in self.lazy_commands
+                else self.commands[name].get_short_help_str(),
+            )
             for name in self.list_commands(ctx)
         ]
         with formatter.section("Commands"):

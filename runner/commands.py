@@ -1,0 +1,55 @@
+"""Steering: the TUI and the CLI write commands, the runner picks them up between polls.
+
+Kinds (the `commands` table's vocabulary): `approve`, `reject`, `prioritize` (args `{"priority": P}`)
+a hypothesis; `pause`, `resume`, `stop` a run; `cancel` an experiment. The runner marks each one
+`done` or `failed` with a one-line result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlite_utils
+
+from kb.db import insert, now, one, transaction
+from kb.errors import UserError
+
+TARGETS: dict[str, str] = {
+    "approve": "hypothesis",
+    "reject": "hypothesis",
+    "prioritize": "hypothesis",
+    "pause": "run",
+    "resume": "run",
+    "stop": "run",
+    "cancel": "experiment",
+}
+
+
+def send(
+    db: sqlite_utils.Database, kind: str, target_id: int | None = None, args: dict[str, Any] | None = None
+) -> int:
+    """Queue a command for the runner; returns its id. A run command without an id targets
+    whichever run is going."""
+    if kind not in TARGETS:
+        raise UserError(f"command {kind!r}: must be one of {', '.join(TARGETS)}")
+    target_kind = TARGETS[kind]
+    if target_id is None and target_kind != "run":
+        raise UserError(f"command {kind}: needs the id of a {target_kind}")
+    if kind == "prioritize" and not isinstance((args or {}).get("priority"), int | float):
+        raise UserError("command prioritize: needs args {'priority': <number>}")
+    table = {"hypothesis": "hypotheses", "run": "runs", "experiment": "experiments"}[target_kind]
+    with transaction(db):
+        if target_id is not None and not one(db, f"SELECT id FROM {table} WHERE id = ?", [target_id]):
+            raise UserError(f"command {kind}: no {target_kind} {target_id}")
+        return insert(
+            db,
+            "commands",
+            {
+                "kind": kind,
+                "target_kind": target_kind,
+                "target_id": target_id,
+                "args": args,
+                "status": "pending",
+                "created_at": now(),
+            },
+        )

@@ -1,0 +1,38 @@
+"""Fleets run experiment batches: `local` (processes on this machine) or `skypilot` (clusters).
+
+`make_fleet` picks the backend by name; the SkyPilot backend lives in runner/fleet/skypilot.py and
+is imported only when asked for (it imports `sky`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import sqlite_utils
+
+from kb.errors import UserError
+from kb.workspace import Workspace
+from runner.fleet.base import TERMINAL, Fleet, JobRef, JobSpec, JobState, JobStatus, Worker
+
+__all__ = ["TERMINAL", "Fleet", "JobRef", "JobSpec", "JobState", "JobStatus", "Worker", "make_fleet"]
+
+BACKENDS = {
+    "local": ("runner.fleet.local", "LocalFleet"),
+    "skypilot": ("runner.fleet.skypilot", "SkyPilotFleet"),
+}
+
+
+def make_fleet(backend: str, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> Fleet:
+    if backend not in BACKENDS:
+        raise UserError(f"backend {backend!r}: must be one of {', '.join(BACKENDS)}")
+    module_name, class_name = BACKENDS[backend]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise UserError(f"backend {backend!r}: not available in this installation") from None
+        raise
+    fleet_class = getattr(module, class_name)
+    fleet = fleet_class(ws, db, run_id, size)
+    assert isinstance(fleet, Fleet)
+    return fleet

@@ -1,0 +1,260 @@
+"""The experiment protocol as the runner reads it: METRIC lines and the job log's markers.
+
+`autoresearch.sh` prints `METRIC <name>=<number>`. Parsing is strict: the name is `[\\w.µ]+`, the
+value a finite decimal number and nothing else. `nan`, `inf`, `12 t/s` or an empty value are
+rejected (the caller logs a warning event), never read as 0. A line is a metric attempt when it
+starts with `METRIC` and whitespace; anything else on stdout is log.
+
+A job runs the rendered `run` of runner/experiment.yaml, which prints markers
+`@@AR <nonce> <time> <KIND> ...` around every step. `LogParser` turns the job log into phases,
+per-invocation samples and the final status. Only markers carrying the job's nonce count (the nonce
+is withheld from the benchmark and the checks), and only METRIC lines between the BEGIN and END
+markers of one benchmark invocation are samples of that (pair, side).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Side = Literal["A", "B"]
+Phase = Literal["setup", "build", "bench", "checks"]
+
+NAME = re.compile(r"[\w.µ]+")
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_METRIC_START = re.compile(r"METRIC\s")
+MARKER_PREFIX = "@@AR "
+PHASES: tuple[str, ...] = ("setup", "build", "bench", "checks")
+TIMEOUT_CODES = (124, 137)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A METRIC line that could not be read; reported as a warning, never stored as a sample."""
+
+    text: str
+    reason: str
+
+
+def parse_metric_line(line: str) -> Metric | Rejected | None:
+    """One stdout line: a Metric, a Rejected metric attempt, or None when it is not a METRIC line."""
+    line = line.rstrip("\r\n")
+    if not _METRIC_START.match(line):
+        return None
+    body = line[len("METRIC") :].strip()
+    name, sep, value = body.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep:
+        return Rejected(line, "no '=' between name and value")
+    if not NAME.fullmatch(name):
+        return Rejected(line, f"metric name {name!r} must match [\\w.µ]+")
+    if not value:
+        return Rejected(line, f"metric {name}: empty value")
+    if not NUMBER.fullmatch(value):
+        return Rejected(line, f"metric {name}: {value!r} is not a plain number")
+    number = float(value)
+    if not math.isfinite(number):  # e.g. 1e999 overflows to inf
+        return Rejected(line, f"metric {name}: {value!r} is not finite")
+    return Metric(name, number)
+
+
+# --- job logs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    pair: int
+    side: Side
+    metric: str
+    seq: int
+    value: float
+    line: int
+    """1-based line number in the job log."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One run of the benchmark on one side of one pair, complete (its END marker was read)."""
+
+    pair: int
+    side: Side
+    rc: int
+    seconds: float | None
+    samples: tuple[Sample, ...]
+    rejected: tuple[tuple[int, Rejected], ...]
+    """(line number, rejection) of the malformed METRIC lines it printed."""
+
+
+@dataclass
+class Step:
+    """A build, a benchmark invocation or the checks: where it sits in the log, how it ended."""
+
+    name: str
+    """build-A, build-B, bench-<pair>-<side>, checks."""
+    first_line: int
+    last_line: int | None = None
+    rc: int | None = None
+    seconds: float | None = None
+    cached: bool = False
+
+
+@dataclass
+class LogState:
+    phase: str | None = None
+    status: str | None = None
+    """`done` or `failed` once the run script printed its final marker."""
+    reason: str | None = None
+    builds: dict[str, int] = field(default_factory=dict)
+    checks_rc: int | None = None
+    steps: list[Step] = field(default_factory=list)
+    invocations: list[Invocation] = field(default_factory=list)
+    forged: list[int] = field(default_factory=list)
+    """Lines that look like markers but carry the wrong nonce."""
+    lines: int = 0
+
+
+class LogParser:
+    """Incremental parser of one job's log; feed it bytes as they arrive, in order.
+
+    Only complete lines are parsed (a partial last line waits for more bytes or `finish()`). Each
+    `feed` returns the invocations that completed in that chunk, so the caller can store their
+    samples as soon as they are known.
+    """
+
+    def __init__(self, nonce: str) -> None:
+        if not nonce:
+            raise ValueError("a job log parser needs the job's nonce")
+        self.nonce = nonce
+        self.state = LogState()
+        self._buffer = b""
+        self._open: tuple[int, Side, float | None, int] | None = None
+        self._samples: list[Sample] = []
+        self._rejected: list[tuple[int, Rejected]] = []
+        self._seq: dict[str, int] = {}
+        self._step_open: dict[str, tuple[Step, float | None]] = {}
+
+    def feed(self, data: bytes) -> list[Invocation]:
+        self._buffer += data
+        *complete, self._buffer = self._buffer.split(b"\n")
+        done: list[Invocation] = []
+        for raw in complete:
+            inv = self._line(raw.decode("utf-8", errors="replace"))
+            if inv is not None:
+                done.append(inv)
+        return done
+
+    def finish(self) -> list[Invocation]:
+        """The log is complete: parse a last line without a newline."""
+        if not self._buffer:
+            return []
+        raw, self._buffer = self._buffer, b""
+        inv = self._line(raw.decode("utf-8", errors="replace"))
+        return [inv] if inv is not None else []
+
+    @property
+    def open_invocation(self) -> tuple[int, str] | None:
+        """(pair, side) of a benchmark invocation that began and has not ended."""
+        return None if self._open is None else (self._open[0], self._open[1])
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _line(self, text: str) -> Invocation | None:
+        self.state.lines += 1
+        number = self.state.lines
+        text = text.rstrip("\r")
+        if text.startswith(MARKER_PREFIX):
+            parts = text.split()
+            if len(parts) >= 4 and parts[1] == self.nonce:
+                return self._marker(number, _time(parts[2]), parts[3], parts[4:])
+            self.state.forged.append(number)
+            return None
+        if self._open is not None:
+            found = parse_metric_line(text)
+            if isinstance(found, Metric):
+                seq = self._seq.get(found.name, 0)
+                self._seq[found.name] = seq + 1
+                pair, side = self._open[0], self._open[1]
+                self._samples.append(Sample(pair, side, found.name, seq, found.value, number))
+            elif isinstance(found, Rejected):
+                self._rejected.append((number, found))
+        return None
+
+    def _marker(self, line: int, at: float | None, kind: str, args: list[str]) -> Invocation | None:
+        state = self.state
+        if kind == "PHASE" and args and args[0] in PHASES:
+            state.phase = args[0]
+        elif kind == "BUILD_BEGIN" and args:
+            step = Step(f"build-{args[0]}", line)
+            state.steps.append(step)
+            self._step_open[step.name] = (step, at)
+        elif kind == "BUILD_END" and len(args) >= 2:
+            rc = _int(args[1])
+            state.builds[args[0]] = rc
+            name = f"build-{args[0]}"
+            if name in self._step_open:
+                step, began = self._step_open.pop(name)
+            else:  # cached: no BEGIN marker
+                step, began = Step(name, line, cached=len(args) > 2 and args[2] == "cached"), None
+                state.steps.append(step)
+            _close(step, line, rc, began, at)
+        elif kind == "CHECKS_BEGIN":
+            step = Step("checks", line)
+            state.steps.append(step)
+            self._step_open["checks"] = (step, at)
+        elif kind == "CHECKS_END" and args:
+            state.checks_rc = _int(args[0])
+            step, began = self._step_open.pop("checks", (Step("checks", line), None))
+            if step not in state.steps:
+                state.steps.append(step)
+            _close(step, line, state.checks_rc, began, at)
+        elif kind == "BEGIN" and len(args) >= 2 and args[1] in ("A", "B"):
+            side: Side = "A" if args[1] == "A" else "B"
+            self._open = (_int(args[0]), side, at, line)
+            self._samples, self._rejected, self._seq = [], [], {}
+        elif kind == "END" and len(args) >= 3 and self._open is not None:
+            pair, side, began, first = self._open
+            rc = _int(args[2])
+            seconds = None if at is None or began is None else max(0.0, at - began)
+            inv = Invocation(pair, side, rc, seconds, tuple(self._samples), tuple(self._rejected))
+            state.invocations.append(inv)
+            state.steps.append(Step(f"bench-{pair}-{side}", first, line, rc, seconds))
+            self._open = None
+            self._samples, self._rejected, self._seq = [], [], {}
+            return inv
+        elif kind == "STATUS" and args:
+            state.status = args[0]
+            state.reason = args[1] if len(args) > 1 else None
+        return None
+
+
+def _close(step: Step, line: int, rc: int, began: float | None, at: float | None) -> None:
+    step.last_line, step.rc = line, rc
+    if began is not None and at is not None:
+        step.seconds = max(0.0, at - began)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
+def _time(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "."))  # EPOCHREALTIME follows LC_NUMERIC
+    except ValueError:
+        return None
+
+
+def crash_reason(rc: int, default: str) -> str:
+    """The DESIGN.md reason for a step that exited with `rc`."""
+    return "timeout" if rc in TIMEOUT_CODES else default

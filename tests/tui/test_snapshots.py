@@ -1,0 +1,75 @@
+"""Snapshots of the main screens at 80x24 and 120x40 on the fixture workspace.
+
+Rendering changes between Textual releases, so the SVGs are only compared under the Textual the
+project pins (pyproject.toml); update them with `pytest tests/tui/test_snapshots.py
+--snapshot-update` after a deliberate change, and look at snapshot_report.html when one fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import textual
+from textual.pilot import Pilot
+
+from tests.tui.conftest import AppFactory
+from tests.tui.fixtures import TuiFixture
+from tests.tui.helpers import settle
+
+PINNED_TEXTUAL = "8.2.8"
+SIZES = [(80, 24), (120, 40)]
+
+pytestmark = pytest.mark.skipif(
+    textual.__version__ != PINNED_TEXTUAL,
+    reason=f"snapshots are recorded with Textual {PINNED_TEXTUAL}, not {textual.__version__}",
+)
+
+Snap = Callable[..., bool]
+
+
+def keys(*presses: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """Let the first load finish, press keys (waiting for the work each one starts), settle."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await settle(pilot)
+        for key in presses:
+            if key.startswith("type:"):
+                await pilot.press(*key[5:])
+                await pilot.pause(0.3)  # the search box waits for typing to stop
+            else:
+                await pilot.press(key)
+            await settle(pilot)
+        await settle(pilot)
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("pane", ["knowledge", "hypotheses", "fleet", "history"])
+def test_main_screens(snap_compare: Snap, app_on: AppFactory, tui_template: TuiFixture, pane: str,
+                      size: tuple[int, int]) -> None:  # fmt: skip
+    # History opens on the live run; show the finished one, with its chart and winners.
+    presses = ("down",) if pane == "history" else ()
+    app = app_on(tui_template.root, pane=pane)
+    assert snap_compare(app, terminal_size=size, run_before=keys(*presses))
+
+
+DETAILS = [
+    ("inventory", "knowledge", ("i",), (80, 24)),
+    ("search", "knowledge", ("slash", "type:tile"), (120, 40)),
+    ("commit", "knowledge", ("f", "down", "down", "down", "enter"), (80, 24)),
+    ("reader", "knowledge", ("enter", "down", "down"), (80, 24)),
+    ("hypothesis", "hypotheses", ("enter",), (80, 24)),
+    ("compare", "history", ("down", "tab", "down", "space", "down", "down", "v"), (120, 40)),
+    ("redecide", "history", ("down", "d"), (80, 24)),
+    ("help", "fleet", ("question_mark",), (120, 40)),
+]
+
+
+@pytest.mark.parametrize(("name", "pane", "presses", "size"), DETAILS, ids=[d[0] for d in DETAILS])
+def test_detail_screens(snap_compare: Snap, app_on: AppFactory, tui_template: TuiFixture, name: str, pane: str,
+                        presses: tuple[str, ...], size: tuple[int, int]) -> None:  # fmt: skip
+    app = app_on(tui_template.root, pane=pane)
+    assert snap_compare(app, terminal_size=size, run_before=keys(*presses))

@@ -1,0 +1,84 @@
+"""`autoresearch demo [DIR]`: the whole loop on the bundled example target (runner.demo)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from tui.cli.common import echo_json, json_option
+
+
+@click.command("demo")
+@click.argument("directory", required=False, type=click.Path(path_type=Path), metavar="[DIR]")
+@click.option("--force", is_flag=True, help="Replace an earlier demo in DIR (only what the demo made).")
+@click.option("--model", default=None, help="litellm model: also generate hypotheses and patches with it.")
+@click.option("--api-base", default=None, help="API base URL for --model (e.g. a local server).")
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Local workers measuring at once.",
+)
+@json_option
+def cli(
+    directory: Path | None,
+    force: bool,
+    model: str | None,
+    api_base: str | None,
+    parallel: int,
+    as_json: bool,
+) -> None:
+    """Run the whole loop on the bundled example: read, hypothesize, measure in waves, keep.
+
+    Makes DIR (default ./autoresearch-demo) a workspace on a small C project and its fork, reads
+    four articles, scans which backend fuses what, mines hypotheses from the gaps and the fork's
+    commits, measures them against the baseline in waves on this machine, commits the winners with
+    their provenance and writes a report. No network, no API key (unless --model). A few minutes
+    on 2 cores. Progress goes to stdout (stderr with --json, which prints the result at the end).
+    """
+    from runner.demo import DEFAULT_DIR, DemoOptions, run_demo, summary_lines
+
+    options = DemoOptions(
+        directory=directory or Path(DEFAULT_DIR),
+        force=force,
+        model=model,
+        api_base=api_base,
+        parallel=parallel,
+    )
+    started = time.monotonic()
+    stage_started = {"at": started}
+
+    def progress(stage: str, line: str) -> None:
+        if not line.startswith(" "):  # a stage headline
+            stage_started["at"] = time.monotonic()
+            line = f"==> {line}"
+        else:
+            line = f"{_clock(time.monotonic() - started)} {line}"
+        click.echo(line, err=as_json)
+        sys.stdout.flush()
+
+    try:
+        result = run_demo(options, progress)
+    except KeyboardInterrupt:
+        root = options.directory.expanduser().resolve()
+        click.echo(
+            f"interrupted; continue the run with: autoresearch --workspace {root} run --resume", err=True
+        )
+        sys.exit(130)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo("")
+        for line in summary_lines(result):
+            click.echo(line)
+    if result.run_status == "failed":
+        raise click.ClickException(f"the demo's run failed: {result.error}")
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"[{minutes:d}:{secs:02d}]"

@@ -1,0 +1,172 @@
+"""`autoresearch queue`: add patches to the experiment queue by hand, and list the queue."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tui.cli.common import echo_json, echo_table, json_option, workspace
+
+_SOURCE_FORMS = "URL, fork:NAME@SHA, gap:ID or note:TEXT"
+
+
+def _check_source(ref: str) -> str:
+    """One provenance ref as the user typed it, checked for shape (one-line error otherwise)."""
+    from kb.errors import UserError
+
+    ref = ref.strip()
+    if re.fullmatch(r"https?://\S+", ref):
+        return ref
+    if re.fullmatch(r"fork:[\w.-]+@[0-9a-fA-F]{7,40}", ref):
+        return ref
+    if re.fullmatch(r"gap:\d+", ref):
+        return ref
+    if ref.startswith("note:") and ref[5:].strip():
+        return "note:" + " ".join(ref[5:].split())
+    raise UserError(f"--source {ref!r}: must be {_SOURCE_FORMS}")
+
+
+@click.group("queue")
+def cli() -> None:
+    """The hypothesis queue: patches waiting to be measured."""
+
+
+@cli.command("add")
+@click.argument("patch_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--title", "-t", required=True, help="What the patch does (one line).")
+@click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {_SOURCE_FORMS}.")
+@click.option("--rationale", default="", help="Why it should help.")
+@click.option("--priority", type=float, default=0.0, show_default=True, help="Higher runs first.")
+@json_option
+@click.pass_context
+def add(
+    ctx: click.Context,
+    patch_file: Path,
+    title: str,
+    sources: tuple[str, ...],
+    rationale: str,
+    priority: float,
+    as_json: bool,
+) -> None:
+    """Queue PATCH_FILE (a unified diff against the target) as a new hypothesis with its patch."""
+    from kb.db import one, transaction
+    from kb.errors import UserError
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    ws = workspace(ctx)
+    try:
+        diff = patch_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{patch_file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{patch_file}: cannot read as UTF-8 text ({exc})") from None
+    if not title.strip():
+        raise UserError("--title: must not be empty")
+    refs = [_check_source(s) for s in sources]
+    db = ws.db()
+    gaps = [int(r[4:]) for r in refs if r.startswith("gap:")]
+    with transaction(db):
+        for gap in gaps:
+            if not one(db, "SELECT id FROM evidence WHERE id = ?", [gap]):
+                raise UserError(f"--source gap:{gap}: no such evidence id")
+        hid = add_hypothesis(
+            db,
+            " ".join(title.split()),
+            rationale=rationale,
+            origin="manual",
+            status="approved",
+            priority=priority,
+            evidence_ids=gaps,
+            source_refs=refs,
+        )
+        assert hid is not None
+        try:
+            pid = add_patch(db, hid, diff, author_kind="manual", author=patch_file.name)
+        except UserError as exc:
+            raise UserError(f"{patch_file}: {str(exc).split(': ', 1)[-1]}") from None
+        patch = one(db, "SELECT files FROM patches WHERE id = ?", [pid])
+    import json
+
+    files = json.loads(patch["files"]) if patch else []
+    if as_json:
+        echo_json({"hypothesis": hid, "patch": pid, "title": title, "files": files, "sources": refs})
+        return
+    click.echo(f"queued hypothesis {hid} (patch {pid}): {title}")
+    click.echo(f"  files   {', '.join(files)}")
+    if refs:
+        click.echo(f"  sources {', '.join(refs)}")
+
+
+@cli.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include hypotheses without a patch.")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, show_all: bool, as_json: bool) -> None:
+    """Hypotheses in queue order, with their patch and latest experiment outcome."""
+    import json
+
+    from kb.db import rows
+    from runner.hypotheses import runnable
+
+    ws = workspace(ctx)
+    db = ws.db()
+    ready = {r["id"] for r in runnable(db, require_approval=ws.settings.hypotheses.require_approval)}
+    found = rows(
+        db,
+        """
+        SELECT h.id, h.title, h.status, h.priority, h.origin,
+               p.id AS patch_id, p.files,
+               (SELECT group_concat(ref, char(30)) FROM (SELECT ref FROM hypothesis_sources s
+                WHERE s.hypothesis_id = h.id ORDER BY s.rowid)) AS sources,
+               e.id AS experiment_id, e.status AS outcome, e.reason AS outcome_reason
+        FROM hypotheses h
+        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+        LEFT JOIN experiments e ON e.id = (
+            SELECT max(id) FROM experiments WHERE patch_id = p.id OR hypothesis_id = h.id)
+        ORDER BY h.priority DESC, h.id
+        """,
+    )
+    items: list[dict[str, Any]] = []
+    for r in found:
+        if r["patch_id"] is None and not show_all:
+            continue
+        items.append(
+            {
+                "hypothesis": r["id"],
+                "title": r["title"],
+                "status": r["status"],
+                "priority": r["priority"],
+                "origin": r["origin"],
+                "patch": r["patch_id"],
+                "files": json.loads(r["files"]) if r["files"] else [],
+                "sources": r["sources"].split("\x1e") if r["sources"] else [],
+                "runnable": r["patch_id"] in ready,
+                "experiment": r["experiment_id"],
+                "outcome": r["outcome"],
+                "outcome_reason": r["outcome_reason"],
+            }
+        )
+    if as_json:
+        echo_json(items)
+        return
+    if not items:
+        click.echo("the queue is empty (add a patch: autoresearch queue add PATCH --title T)")
+        return
+    echo_table(
+        ["id", "status", "prio", "patch", "next", "outcome", "title"],
+        [
+            (
+                i["hypothesis"],
+                i["status"],
+                f"{i['priority']:g}",
+                i["patch"] or "-",
+                "yes" if i["runnable"] else "",
+                (i["outcome"] or "") + (f" ({i['outcome_reason']})" if i["outcome_reason"] else ""),
+                i["title"],
+            )
+            for i in items
+        ],
+    )

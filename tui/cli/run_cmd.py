@@ -1,0 +1,181 @@
+"""`autoresearch run`: experiment waves until the queue is empty or a budget is spent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tui.cli.common import echo_json, json_option, workspace
+
+_POSITIVE_INT = click.IntRange(min=1)
+_POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+@click.command("run")
+@click.option("--waves", type=_POSITIVE_INT, help="Stop after this many waves.")
+@click.option("--parallel", type=_POSITIVE_INT, help="Workers (local slots or clusters) at once.")
+@click.option("--budget-minutes", type=_POSITIVE, help="Wall-clock budget; nothing new starts after it.")
+@click.option("--budget-usd", type=_POSITIVE, help="VM and LLM cost budget, together.")
+@click.option("--max-experiments", type=_POSITIVE_INT, help="Candidate experiments at most.")
+@click.option("--bench-timeout", type=_POSITIVE_INT, help="Seconds one benchmark invocation may take.")
+@click.option("--check-timeout", type=_POSITIVE_INT, help="Seconds the checks may take.")
+@click.option("--build-timeout", type=_POSITIVE_INT, help="Seconds one build may take.")
+@click.option("--backend", type=click.Choice(["local", "skypilot"]), help="Fleet (default: the config's).")
+@click.option("--name", help="Run name (branch autoresearch/NAME); default: the start time.")
+@click.option("--skip-self-test", is_flag=True, help="Do not measure the baseline against itself first.")
+@click.option("--no-final", is_flag=True, help="Do not measure the stacked winners and ablations at the end.")
+@click.option("--detach", is_flag=True, help="Run in the background (outlives this shell); print its log.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run (after a crash or kill).")
+@click.option("--run", "run_id", type=int, help="With --resume: which run (default: the latest).")
+@json_option
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    waves: int | None,
+    parallel: int | None,
+    budget_minutes: float | None,
+    budget_usd: float | None,
+    max_experiments: int | None,
+    bench_timeout: int | None,
+    check_timeout: int | None,
+    build_timeout: int | None,
+    backend: str | None,
+    name: str | None,
+    skip_self_test: bool,
+    no_final: bool,
+    detach: bool,
+    resume: bool,
+    run_id: int | None,
+    as_json: bool,
+) -> None:
+    """Run experiment waves on the queued patches.
+
+    First the baseline is measured against itself (it must show no difference; the noise floor is
+    stored), then each wave measures up to PARALLEL patches against the current baseline, pair by
+    pair, and keeps, discards or calls inconclusive. Winners are committed on autoresearch/<run>.
+    Progress goes to stdout (stderr with --json, which prints the run's summary at the end).
+    """
+    from kb.errors import UserError
+    from runner.loop import RunOptions, resume_run, start_run
+
+    ws = workspace(ctx)
+    run_options: dict[str, Any] = {
+        "waves": waves,
+        "parallel": parallel,
+        "budget_minutes": budget_minutes,
+        "budget_usd": budget_usd,
+        "max_experiments": max_experiments,
+        "bench_timeout": bench_timeout,
+        "check_timeout": check_timeout,
+        "build_timeout": build_timeout,
+        "backend": backend,
+        "name": name,
+    }
+    given = [f"--{k.replace('_', '-')}" for k, v in run_options.items() if v is not None]
+    given += [flag for flag, on in (("--skip-self-test", skip_self_test), ("--no-final", no_final)) if on]
+    if resume and given:
+        raise UserError(f"{given[0]}: --resume continues with the run's own options; drop it")
+    if run_id is not None and not resume:
+        raise UserError("--run: only with --resume")
+    if detach:
+        _detach(ctx, ws.root, ws.logs_dir, ws.db_path, as_json)
+        return
+
+    def progress(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    if resume:
+        runner = resume_run(ws, run_id, progress=progress)
+    else:
+        options = RunOptions(**run_options, self_test=not skip_self_test, final=not no_final)
+        runner = start_run(ws, options, progress=progress)
+    try:
+        summary = runner.execute()
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; continue with: autoresearch run --resume --run {runner.run_id}", err=True)
+        sys.exit(130)
+    if as_json:
+        echo_json(summary.to_json())
+    else:
+        _print_summary(summary.to_json())
+    if summary.status == "failed":
+        raise click.ClickException(f"run {summary.name} failed: {summary.error}")
+
+
+def _print_summary(data: dict[str, Any]) -> None:
+    kept = [e for e in data["experiments"] if e["status"] == "kept" and e["kind"] == "candidate"]
+    counts: dict[str, int] = {}
+    for exp in data["experiments"]:
+        if exp["kind"] == "candidate":
+            counts[exp["status"]] = counts.get(exp["status"], 0) + 1
+    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no experiments"
+    click.echo(f"run {data['name']}: {data['status']}; {shown}")
+    click.echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
+    for exp in kept:
+        click.echo(
+            f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs"
+        )
+
+
+def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_json: bool) -> None:
+    """Start this same command without --detach in its own session, output to a log file."""
+    from kb.db import connect, one
+
+    # The child runs this same command, without --detach, on the same workspace.
+    argv = [sys.executable, "-m", "tui.cli", "--workspace", str(root), "run", *_subcommand_args(ctx)]
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = logs_dir / f"runner-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            cwd=root,
+        )
+    run: dict[str, Any] | None = None
+    deadline = time.monotonic() + 20
+    db = connect(db_path)
+    while time.monotonic() < deadline and child.poll() is None:
+        run = one(db, "SELECT id, name FROM runs WHERE pid = ? ORDER BY id DESC LIMIT 1", [child.pid])
+        if run:
+            break
+        time.sleep(0.1)
+    if child.poll() is not None and child.returncode != 0 and run is None:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise click.ClickException(f"the detached runner exited {child.returncode}: {tail[0]}")
+    info = {
+        "pid": child.pid,
+        "log": str(log_path),
+        "run": run["id"] if run else None,
+        "name": run["name"] if run else None,
+    }
+    if as_json:
+        echo_json(info)
+    else:
+        which = f"run {run['name']} (id {run['id']})" if run else "the runner"
+        click.echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
+
+
+def _subcommand_args(ctx: click.Context) -> list[str]:
+    """The `run` options as given, without --detach and --json."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in (None, "detach", "as_json"):
+            continue
+        value = ctx.params.get(param.name)
+        flag = param.opts[0]
+        if param.is_flag:
+            if value:
+                out.append(flag)
+        elif value is not None:
+            out.extend([flag, str(value)])
+    return out

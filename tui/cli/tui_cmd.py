@@ -1,0 +1,64 @@
+"""`autoresearch tui`: the Textual console on a workspace, in the terminal or served to a browser."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from tui.cli.common import workspace
+
+PANES = ("knowledge", "hypotheses", "fleet", "history")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@click.command("tui")
+@click.option("--pane", type=click.Choice(PANES), default="fleet", show_default=True, help="Pane to open on.")
+@click.option("--serve", is_flag=True, help="Serve the console to a web browser (textual-serve) instead.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --serve: address to listen on. The server has no authentication: keep it on localhost "
+    "and reach it through an SSH tunnel (ssh -L 8000:127.0.0.1:8000 HOST).",
+)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="With --serve: port."
+)
+@click.option(
+    "--public-url", default=None, help="With --serve: the URL browsers use, if not http://HOST:PORT."
+)
+@click.pass_context
+def cli(ctx: click.Context, pane: str, serve: bool, host: str, port: int, public_url: str | None) -> None:
+    """Open the console: knowledge base, hypothesis queue, live fleet, history.
+
+    It reads the workspace database and steers the runner through it; runs and miners it starts
+    are separate processes that go on when it quits (or the SSH session drops). Press ? for keys.
+
+    With --serve, each browser tab runs its own console process (textual-serve), bound to
+    127.0.0.1 by default. Anyone who can reach the port can start and stop runs: do not bind it
+    to a public address without an authenticating reverse proxy in front.
+    """
+    ws = workspace(ctx)
+    ws.db().conn.close()  # check the database and bring its schema up to date before the UI starts
+    if serve:
+        _serve(ws.root.as_posix(), pane, host, port, public_url)
+        return
+    from tui.app import make_app
+
+    make_app(ws.root, pane=pane).run()
+
+
+def _serve(root: str, pane: str, host: str, port: int, public_url: str | None) -> None:
+    from textual_serve.server import Server
+
+    command = shlex.join([sys.executable, "-m", "tui.cli", "--workspace", root, "tui", "--pane", pane])
+    if host not in LOOPBACK:
+        click.echo(
+            f"warning: serving on {host}, not localhost: the console has no authentication and can "
+            "start, pause and stop runs",
+            err=True,
+        )
+    click.echo(f"serving the console on http://{host}:{port} (ctrl+c stops)", err=True)
+    Server(command, host=host, port=port, title="autoresearch", public_url=public_url).serve()

@@ -1,0 +1,126 @@
+"""Dialogs: a yes/no confirmation and the start-run form."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from tui.screens.base import AppModal
+from tui.spawn import RunRequest
+
+
+class ConfirmScreen(AppModal):
+    """Ask before something that cannot be undone (cancel an experiment, stop a run)."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No")]
+
+    def __init__(self, question: str, detail: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="confirm"):
+            yield Static(Text(self.question, style="bold"), id="question")
+            if self.detail:
+                yield Static(Text(self.detail, style="grey70"))
+            with Horizontal(id="buttons"):
+                yield Button("Yes (y)", id="yes", variant="error", compact=True)
+                yield Button("No (n)", id="no", compact=True)
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class StartRunScreen(AppModal):
+    """The options of `autoresearch run --detach`; empty fields keep the config's values."""
+
+    BINDINGS = [Binding("ctrl+s", "start", "Start", priority=True)]
+
+    FIELDS: tuple[tuple[str, str, str], ...] = (
+        ("name", "Name", "default: the start time"),
+        ("waves", "Waves", "stop after this many waves"),
+        ("parallel", "Parallel", "workers at once"),
+        ("budget", "Minutes", "wall-clock budget"),
+        ("max", "Max exps", "candidate experiments at most"),
+        ("backend", "Backend", "local or skypilot (default: config)"),
+    )
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="start-run"):
+            yield Static(Text("Start a run (detached: it outlives this TUI)", style="bold"))
+            with Grid(id="run-form"):
+                for key, label, hint in self.FIELDS:
+                    yield Label(label)
+                    yield Input(placeholder=hint, id=f"run-{key}", compact=True)
+            yield Checkbox("skip the A/A self-test", id="run-skip-self-test")
+            yield Static(id="run-error")
+            with Horizontal(id="buttons"):
+                yield Button("Start (ctrl+s)", id="start", variant="primary", compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
+
+    def request(self) -> RunRequest:
+        """The form as a request; raises ValueError naming the bad field."""
+
+        def value(key: str) -> str:
+            return self.query_one(f"#run-{key}", Input).value.strip()
+
+        def integer(key: str, label: str) -> int | None:
+            text = value(key)
+            if not text:
+                return None
+            if not text.isdigit() or int(text) < 1:
+                raise ValueError(f"{label} {text!r}: must be a whole number ≥ 1")
+            return int(text)
+
+        minutes: float | None = None
+        if value("budget"):
+            try:
+                minutes = float(value("budget"))
+            except ValueError:
+                raise ValueError(f"Minutes {value('budget')!r}: must be a number") from None
+            if minutes <= 0:
+                raise ValueError(f"Minutes {value('budget')!r}: must be positive")
+        backend = value("backend") or None
+        if backend not in (None, "local", "skypilot"):
+            raise ValueError(f"Backend {backend!r}: must be local or skypilot")
+        name = value("name") or None
+        if name is not None and not all(c.isalnum() or c in "-_." for c in name):
+            raise ValueError(f"Name {name!r}: use letters, digits, - _ . only")
+        return RunRequest(
+            name=name,
+            waves=integer("waves", "Waves"),
+            parallel=integer("parallel", "Parallel"),
+            budget_minutes=minutes,
+            max_experiments=integer("max", "Max exps"),
+            backend=backend,
+            skip_self_test=self.query_one("#run-skip-self-test", Checkbox).value,
+        )
+
+    def action_start(self) -> None:
+        try:
+            request = self.request()
+        except ValueError as exc:
+            self.query_one("#run-error", Static).update(Text(str(exc), style="bold red"))
+            return
+        self.dismiss(request)
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_start()
+
+    @on(Button.Pressed, "#start")
+    def start_pressed(self) -> None:
+        self.action_start()
+
+    @on(Button.Pressed, "#cancel")
+    def cancel_pressed(self) -> None:
+        self.dismiss(None)
