@@ -16,6 +16,8 @@
 #   AR_FA           flash attention, one setting per run: 0 or 1 (default 0)
 #   LLAMA_BENCH     llama-bench binary (default build/bin/llama-bench)
 #   AR_BENCH_JSON   parse this recorded llama-bench JSON instead of running llama-bench (tests)
+#   AR_BOTTLENECK   1 (default) also prints bytes_per_iter (model bytes read per generated token)
+#                   and mem_bw_gbs (measured copy bandwidth), so research can tell memory-bound
 set -euo pipefail
 
 prompt=${AR_PROMPT:-512}
@@ -79,3 +81,21 @@ for key, name in wanted.items():
             fail(f"{name}: bad sample {value!r}")
         print(f"METRIC {name}={value:.4f}")
 ' <<<"$json"
+
+# What the bottleneck analysis needs: text generation reads every weight once per token, so the
+# model's size is the bytes moved per token; the copy bandwidth is measured here, best of three.
+if [ "${AR_BOTTLENECK:-1}" = "1" ] && [ -z "${AR_BENCH_JSON:-}" ]; then
+  echo "METRIC bytes_per_iter=$(stat -c %s "$model")"
+  python3 -c '
+import time
+src = bytearray(b"x" * (256 << 20))
+dst = bytearray(len(src))
+dst[:] = src  # touch every page first: page faults are not bandwidth
+best = float("inf")
+for _ in range(3):
+    start = time.perf_counter()
+    dst[:] = src
+    best = min(best, time.perf_counter() - start)
+print(f"METRIC mem_bw_gbs={2 * len(src) / best / 1e9:.2f}")
+'
+fi

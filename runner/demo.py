@@ -220,6 +220,20 @@ def demo_config(
     return config
 
 
+def check_tools() -> None:
+    """The demo builds C code in git worktrees: say what is missing before anything is written."""
+    missing = [
+        tool
+        for tool in ("git", "make", (os.environ.get("CC") or "cc").split()[0])
+        if shutil.which(tool) is None
+    ]
+    if missing:
+        raise UserError(
+            f"{', '.join(missing)}: not found on PATH; the demo needs git, make and a C compiler "
+            "(e.g. apt install build-essential git)"
+        )
+
+
 # --- the folder --------------------------------------------------------------------------------
 
 
@@ -300,6 +314,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
         raise UserError(f"bench_reps {options.bench_reps}: must be at least 1")
     root = options.directory.expanduser().resolve()
     example = example_dir()
+    check_tools()
     started = time.monotonic()
     stages = _Stages(say)
     prepare_folder(root, options.force)

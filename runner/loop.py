@@ -42,7 +42,7 @@ from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.workspace import Workspace
 from runner import stats
-from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet
+from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
 from runner.prepare import (
     A_DIR,
     B_DIR,
@@ -103,7 +103,7 @@ class ActiveJob:
     nonce: str
     parser: LogParser
     parsed_lines: int
-    """Lines whose warnings were already reported (by this process or before a restart)."""
+    """How far the log has been parsed (jobs.parsed_lines; warnings are deduplicated by line)."""
     deadline: float | None
     offset: int = 0
     stopped: str | None = None
@@ -229,6 +229,7 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
     if settings.policy.self_test_pairs < stats.MIN_VALUES:
         raise UserError(f"policy.self_test_pairs: must be at least {stats.MIN_VALUES}")
     load_template(template_path(ws, settings))
+    preflight(options.backend or settings.fleet.backend, ws)  # a bad fleet config: nothing written
     db = ws.db()
     _mark_dead_runs(db)
     for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
@@ -1151,9 +1152,12 @@ class Runner:
         return any(inv.rc == 0 and not any(s.metric == self.metric for s in inv.samples) for inv in found)
 
     def _store(self, active: ActiveJob, found: list[Invocation]) -> None:
-        """Samples of finished invocations, and warnings for what could not be read, as parsed."""
+        """Samples of finished invocations, and warnings for what could not be read, as parsed.
+
+        Parsing a log again (after a restart) adds nothing twice: samples are UNIQUE, and a warning
+        is written only if none exists for that job and log line."""
         state = active.parser.state
-        if not found and state.lines <= active.parsed_lines:
+        if not found and not state.forged and state.lines <= active.parsed_lines:
             return
         exp_id = active.experiment_id
         with transaction(self.db):
@@ -1166,36 +1170,48 @@ class Runner:
                         [exp_id, s.pair, s.side, s.metric, s.seq, s.value, stamp],
                     )
                 for line, rejected in inv.rejected:
-                    if line > active.parsed_lines:
-                        self._event(
-                            "metric_rejected",
-                            f"experiment {exp_id} pair {inv.pair} {inv.side}: {rejected.reason} "
-                            f"(log line {line}: {rejected.text.strip()[:120]!r})",
-                            level="warning",
-                            exp_id=exp_id,
-                            data={
-                                "job": active.ref.job_id,
-                                "line": line,
-                                "text": rejected.text[:500],
-                                "pair": inv.pair,
-                                "side": inv.side,
-                                "reason": rejected.reason,
-                            },
-                        )
-            for line in state.forged:
-                if line > active.parsed_lines:
-                    self._event(
-                        "forged_marker",
-                        f"experiment {exp_id}: log line {line} looks like a runner marker "
-                        "without the job's nonce (ignored)",
-                        level="warning",
-                        exp_id=exp_id,
-                        data={"job": active.ref.job_id, "line": line},
+                    self._warn_once(
+                        "metric_rejected",
+                        active,
+                        line,
+                        f"experiment {exp_id} pair {inv.pair} {inv.side}: {rejected.reason} "
+                        f"(log line {line}: {rejected.text.strip()[:120]!r})",
+                        {
+                            "text": rejected.text[:500],
+                            "pair": inv.pair,
+                            "side": inv.side,
+                            "reason": rejected.reason,
+                        },
                     )
+            for line in state.forged:
+                self._warn_once(
+                    "forged_marker",
+                    active,
+                    line,
+                    f"experiment {exp_id}: log line {line} looks like a runner marker "
+                    "without the job's nonce (ignored)",
+                    {},
+                )
             state.forged.clear()
             if state.lines > active.parsed_lines:
                 active.parsed_lines = state.lines
                 update(self.db, "jobs", active.ref.job_id, {"parsed_lines": state.lines})
+
+    def _warn_once(self, kind: str, active: ActiveJob, line: int, message: str, data: dict[str, Any]) -> None:
+        seen = one(
+            self.db,
+            "SELECT id FROM events WHERE kind = ? AND experiment_id = ? "
+            "AND json_extract(data, '$.job') = ? AND json_extract(data, '$.line') = ?",
+            [kind, active.experiment_id, active.ref.job_id, line],
+        )
+        if seen is None:
+            self._event(
+                kind,
+                message,
+                level="warning",
+                exp_id=active.experiment_id,
+                data={"job": active.ref.job_id, "line": line, **data},
+            )
 
     def _job_ended(self, active: ActiveJob, status: JobStatus, family: int | None) -> None:
         self.active.pop(active.ref.job_id, None)
@@ -1567,6 +1583,8 @@ class Runner:
     # -- housekeeping: heartbeat, commands, budget -----------------------------------------------
 
     def _housekeeping(self) -> None:
+        assert self.fleet is not None
+        self.fleet.tick()  # background fleet work (SkyPilot: launches, qualification); rate-limited
         stamp = now()
         beat = stamp - self._last_beat >= HEARTBEAT_SECONDS
         if beat:

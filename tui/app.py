@@ -22,28 +22,48 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from kb.db import DB_NAME
 from kb.errors import UserError
 from tui import data
 from tui.messages import DatabaseChanged, ProcessFinished
-from tui.screens.fleet import FleetScreen
-from tui.screens.history import HistoryScreen
-from tui.screens.hypotheses import HypothesesScreen
-from tui.screens.knowledge import KnowledgeScreen
 from tui.spawn import RunRequest, Spawner, cli_argv, log_name, spawn_detached, wait
 
 Clock = Callable[[], float]
 PANE_NAMES = ("knowledge", "hypotheses", "fleet", "history")
 
 
+# Each pane's screen module is imported when the pane is first shown: start-up imports one.
+def knowledge_screen() -> Screen[Any]:
+    from tui.screens.knowledge import KnowledgeScreen
+
+    return KnowledgeScreen()
+
+
+def hypotheses_screen() -> Screen[Any]:
+    from tui.screens.hypotheses import HypothesesScreen
+
+    return HypothesesScreen()
+
+
+def fleet_screen() -> Screen[Any]:
+    from tui.screens.fleet import FleetScreen
+
+    return FleetScreen()
+
+
+def history_screen() -> Screen[Any]:
+    from tui.screens.history import HistoryScreen
+
+    return HistoryScreen()
+
+
 class AutoresearchApp(App[None]):
     CSS_PATH = ["styles/app.tcss"]
     TITLE = "autoresearch"
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
-        "knowledge": KnowledgeScreen,
-        "hypotheses": HypothesesScreen,
-        "fleet": FleetScreen,
-        "history": HistoryScreen,
+        "knowledge": knowledge_screen,
+        "hypotheses": hypotheses_screen,
+        "fleet": fleet_screen,
+        "history": history_screen,
     }
     BINDINGS = [
         Binding("1", "switch_mode('knowledge')", "Knowledge", show=False),
@@ -152,6 +172,8 @@ class AutoresearchApp(App[None]):
             self.push_screen(HelpScreen())
 
     async def action_search(self) -> None:
+        from tui.screens.knowledge import KnowledgeScreen
+
         await self.switch_mode("knowledge")
         while not isinstance(self.screen, KnowledgeScreen) and len(self.screen_stack) > 1:
             await self.pop_screen()  # back from a paper or commit to the pane itself
@@ -336,7 +358,7 @@ def make_app(
     refreshes themselves); `spawner` starts processes (tests may record argv instead).
     """
     root = Path(workspace_root).expanduser().resolve()
-    if not (root / DB_NAME).is_file():
+    if not (root / data.DB_NAME).is_file():
         raise UserError(f"{root}: no workspace database here (run autoresearch init)")
     return AutoresearchApp(
         data.Store(root),

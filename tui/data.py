@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from kb.db import DB_NAME, connect, data_version, log_event, one, rows, transaction
 from kb.errors import UserError
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+DB_NAME = "autoresearch.db"  # kb.db.DB_NAME (a test checks they agree)
 PAGE_SIZE = 200
 #: A runner whose heartbeat is older than this is not driving its run any more (runner/loop.py).
 STALE_HEARTBEAT = 30.0
@@ -39,11 +40,47 @@ LIVE_RUN_STATUSES = ("running", "paused")
 LIVE_EXPERIMENT_STATUSES = ("queued", "running")
 
 
+# kb.db imports sqlite_utils, which imports pandas when it is installed (~0.7 s): the app must
+# paint before that, so this module reaches kb.db only from inside functions (run in workers).
+
+
+def connect(path: Path, *, migrate_schema: bool = True) -> sqlite_utils.Database:
+    from kb.db import connect as kb_connect
+
+    return kb_connect(path, migrate_schema=migrate_schema)
+
+
+def rows(db: sqlite_utils.Database, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+    from kb.db import rows as kb_rows
+
+    return kb_rows(db, sql, params)
+
+
+def one(db: sqlite_utils.Database, sql: str, params: Any = ()) -> dict[str, Any] | None:
+    from kb.db import one as kb_one
+
+    return kb_one(db, sql, params)
+
+
+def transaction(db: sqlite_utils.Database) -> AbstractContextManager[sqlite_utils.Database]:
+    from kb.db import transaction as kb_transaction
+
+    return kb_transaction(db)
+
+
+def log_event(db: sqlite_utils.Database, kind: str, message: str) -> int:
+    from kb.db import log_event as kb_log_event
+
+    return kb_log_event(db, kind, message)
+
+
 class Store:
     """The workspace database as the TUI sees it: a new connection per session, per thread."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        self._migrated = False
+        self._lock = threading.Lock()
 
     @property
     def db_path(self) -> Path:
@@ -59,7 +96,13 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[sqlite_utils.Database]:
-        """A connection for the calling thread, closed afterwards (the CLI migrated the schema)."""
+        """A connection for the calling thread, closed afterwards. The first one brings the schema
+        up to date (in a worker, so the app paints first); the others wait for it."""
+        if not self._migrated:
+            with self._lock:
+                if not self._migrated:
+                    connect(self.db_path).conn.close()
+                    self._migrated = True
         db = connect(self.db_path, migrate_schema=False)
         try:
             yield db
@@ -117,7 +160,8 @@ def clamp_offset(offset: int, total: int, limit: int) -> int:
 
 
 def version(db: sqlite_utils.Database) -> int:
-    return data_version(db)
+    """PRAGMA data_version: moves when another connection commits (kb.db.data_version)."""
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
 
 
 # --- knowledge: papers --------------------------------------------------------------------------

@@ -14,7 +14,18 @@ from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.fleet.base import TERMINAL, Fleet, JobRef, JobSpec, JobState, JobStatus, Worker
 
-__all__ = ["TERMINAL", "Fleet", "JobRef", "JobSpec", "JobState", "JobStatus", "Worker", "make_fleet"]
+__all__ = [
+    "TERMINAL",
+    "Fleet",
+    "JobRef",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "Worker",
+    "fleet_class",
+    "make_fleet",
+    "preflight",
+]
 
 BACKENDS = {
     "local": ("runner.fleet.local", "LocalFleet"),
@@ -22,7 +33,8 @@ BACKENDS = {
 }
 
 
-def make_fleet(backend: str, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> Fleet:
+def fleet_class(backend: str) -> type[Fleet]:
+    """The Fleet subclass of a backend, imported on demand."""
     if backend not in BACKENDS:
         raise UserError(f"backend {backend!r}: must be one of {', '.join(BACKENDS)}")
     module_name, class_name = BACKENDS[backend]
@@ -32,7 +44,15 @@ def make_fleet(backend: str, ws: Workspace, db: sqlite_utils.Database, run_id: i
         if exc.name == module_name:
             raise UserError(f"backend {backend!r}: not available in this installation") from None
         raise
-    fleet_class = getattr(module, class_name)
-    fleet = fleet_class(ws, db, run_id, size)
-    assert isinstance(fleet, Fleet)
-    return fleet
+    found = getattr(module, class_name)
+    assert isinstance(found, type) and issubclass(found, Fleet)
+    return found
+
+
+def preflight(backend: str, ws: Workspace) -> None:
+    """Check a backend's settings before a run is created (UserError naming what is wrong)."""
+    fleet_class(backend).preflight(ws)
+
+
+def make_fleet(backend: str, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> Fleet:
+    return fleet_class(backend)(ws, db, run_id, size)

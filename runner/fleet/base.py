@@ -16,6 +16,11 @@ The runner talks to a fleet only through `Fleet`, single-threaded, from its poll
 - `cancel(job)` stops a job and everything it started.
 - `reattach(jobs)` is called once after a runner restart, with the jobs the database says are live:
   report each one's state, and clean up what the fleet finds running that is not in the list.
+- `tick()` is called by the runner's loop every few seconds, whatever else happens: a fleet whose
+  workers come and go in the background (SkyPilot: staggered launches, qualification, idle
+  clusters downed, costs) advances that work there, without blocking.
+- `preflight(ws)` (a classmethod) checks the configuration before a run is created, so a malformed
+  template or resource spec is a one-line error before anything launches.
 
 Nothing lives only in memory: everything needed to find a job again is in the `jobs` row
 (`backend_job_id`, `log_path`, `job_dir`) and the `workers` row (`name`, `meta`).
@@ -111,6 +116,13 @@ class Fleet(ABC):
         self.db = db
         self.run_id = run_id
         self.size = size
+
+    @classmethod  # noqa: B027 - an optional hook: nothing to check by default
+    def preflight(cls, ws: Workspace) -> None:
+        """Check the workspace's settings for this backend; raise UserError naming what is wrong."""
+
+    def tick(self) -> None:  # noqa: B027 - optional hook
+        """Advance background work (provisioning, qualification, idle shutdown, costs); quick."""
 
     # -- workers -------------------------------------------------------------------------------
 

@@ -166,7 +166,7 @@ def test_winners_trace_back_to_their_fork_commits(demo_cli: dict[str, Any]) -> N
         role = next(r for r, e in decisions.items() if e["id"] == winner["experiment_id"])
         sha = fork_shas[role]
         assert head is not None and gitrepo.is_ancestor(mirror, winner["commit_sha"], head)
-        patch_file = Path(winner["patch_file"])
+        patch_file = directory / winner["patch_file"]  # stored relative to the workspace
         assert patch_file.parent == directory / "patches" and patch_file.is_file()
         assert f"Autoresearch-Source: fork:{FORK_NAME}@{sha}" in patch_file.read_text()
         chain = provenance(db, winner["experiment_id"])

@@ -76,6 +76,13 @@ def assert_clean(ws: Workspace, run_id: int) -> None:
         ]
         pairs = [p for span in spans for p in span]
         assert len(pairs) == len(set(pairs)), f"experiment {exp['id']} measured a pair twice: {spans}"
+    late = rows(
+        db,
+        "SELECT j.id FROM jobs j JOIN experiments e ON e.id = j.experiment_id "
+        "WHERE e.run_id = ? AND j.submitted_at > e.ended_at",
+        [run_id],
+    )
+    assert late == [], "a job was submitted for an experiment that had already ended"
 
 
 @pytest.mark.slow
@@ -247,6 +254,15 @@ def test_steering_pause_cancel_prioritize_and_stop(tmp_path: Path) -> None:
         "hypothesis_id"
     ]
     commands.send(db, "prioritize", hyp_wrong, {"priority": 100})
+    hyp_noop = must(one(db, "SELECT hypothesis_id FROM patches WHERE id = ?", [patches["noop"]]))[
+        "hypothesis_id"
+    ]
+    commands.send(db, "reject", hyp_noop)
+    from runner.hypotheses import add_hypothesis
+
+    idea = add_hypothesis(db, "An idea without a patch yet")
+    assert idea is not None
+    commands.send(db, "approve", idea)
     commands.send(db, "pause")
     commands.send(db, "cancel", hang["id"])
     wait_for(
@@ -279,7 +295,20 @@ def test_steering_pause_cancel_prioritize_and_stop(tmp_path: Path) -> None:
     assert run["status"] == "finished" and json.loads(run["summary"])["stopped_by"] == "stopped"
     handled = rows(db, "SELECT kind, status FROM commands ORDER BY id")
     assert all(c["status"] == "done" for c in handled), handled
+    statuses = {r["id"]: r["status"] for r in rows(db, "SELECT id, status FROM hypotheses")}
+    assert statuses[hyp_noop] == "rejected" and statuses[idea] == "approved"
+    assert not one(db, "SELECT id FROM experiments WHERE patch_id = ?", [patches["noop"]])
     assert_clean(ws, runner.run_id)
+
+
+def test_waves_limit(tmp_path: Path) -> None:
+    ws, target = make_workspace(
+        tmp_path, fleet={"parallel": 1}, policy={"min_pairs": 3, "batch_pairs": 1, "max_pairs": 3}
+    )
+    queue(ws, target, ["slowdown", "noop"])
+    result = start_run(ws, RunOptions(self_test=False, waves=1, final=False)).execute()
+    assert result.summary is not None and result.summary["stopped_by"] == "waves: 1"
+    assert len([e for e in result.experiments if e["kind"] == "candidate"]) == 1
 
 
 def test_max_experiments_budget(tmp_path: Path) -> None:
@@ -401,3 +430,28 @@ def test_failing_checks_on_the_baseline_end_the_run_at_once(tmp_path: Path) -> N
     assert result.error.startswith("self-test checks_failed"), result.error
     assert len([e for e in result.experiments if e["kind"] == "self_test"]) == 1
     assert_clean(ws, result.run_id)
+
+
+SLOW_NAN_BENCH = """#!/usr/bin/env bash
+# A malformed metric first, the real one a moment later (the runner reads the log in between).
+echo "METRIC x=nan"
+sleep 0.3
+./prog | sed -n 's/^throughput=/METRIC throughput=/p'
+"""
+
+
+def test_rejected_samples_are_warned_once_each(tmp_path: Path) -> None:
+    ws, target = make_workspace(
+        tmp_path, bench=SLOW_NAN_BENCH, policy={"min_pairs": 3, "batch_pairs": 1, "max_pairs": 3}
+    )
+    queue(ws, target, ["slowdown"])
+    result = start_run(ws, RunOptions(self_test=False, final=False)).execute()
+    (exp,) = [e for e in result.experiments if e["kind"] == "candidate"]
+    assert exp["status"] in ("discarded", "inconclusive")  # the valid samples decided
+    db = ws.db()
+    warnings = rows(
+        db, "SELECT data FROM events WHERE kind = 'metric_rejected' AND experiment_id = ?", [exp["id"]]
+    )
+    lines = [json.loads(w["data"])["line"] for w in warnings]
+    assert len(lines) == 6 == len(set(lines))  # 3 pairs x 2 sides, each once
+    assert not rows(db, "SELECT id FROM samples WHERE metric = 'x'")

@@ -3,13 +3,16 @@ to let workers finish without sleeping blindly."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.tui.fixtures import TuiFixture, clock, copy_workspace, tui_template  # noqa: F401
+from tests.tui.helpers import AppFactory
 from tui.app import AutoresearchApp, make_app
+
 
 @pytest.fixture(autouse=True)
 def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,9 +26,6 @@ def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
 def tui_ws(tui_template: TuiFixture, tmp_path: Path) -> Path:  # noqa: F811
     """A writable copy of the fixture workspace (for tests that steer)."""
     return copy_workspace(tui_template, tmp_path / "ws")
-
-
-AppFactory = Callable[..., AutoresearchApp]
 
 
 @pytest.fixture

@@ -212,7 +212,14 @@ def _knowledge(db: sqlite_utils.Database) -> dict[str, object]:
             insert(
                 db,
                 "fusions",
-                {"evidence_id": eid, "backend": backend, "ops": ops, "kind": "graph", "file": file, "line": line},
+                {
+                    "evidence_id": eid,
+                    "backend": backend,
+                    "ops": ops,
+                    "kind": "graph",
+                    "file": file,
+                    "line": line,
+                },
             )
             fusions[f"{backend}:{ops}"] = eid
         gaps: dict[str, int] = {}
@@ -286,7 +293,9 @@ def _knowledge(db: sqlite_utils.Database) -> dict[str, object]:
         ]
         insert(db, "hypothesis_evidence", {"hypothesis_id": proposed[0], "evidence_id": passages[31]})
         insert(db, "hypothesis_evidence", {"hypothesis_id": proposed[0], "evidence_id": commits["tile"]})
-        insert(db, "hypothesis_evidence", {"hypothesis_id": proposed[1], "evidence_id": gaps["cpu:ADD+RMS_NORM"]})
+        insert(
+            db, "hypothesis_evidence", {"hypothesis_id": proposed[1], "evidence_id": gaps["cpu:ADD+RMS_NORM"]}
+        )
     out.update(
         paper=paper,
         passages=passages,

@@ -10,8 +10,11 @@ from typing import Any, ParamSpec
 
 from textual.pilot import Pilot
 
+from tui.app import AutoresearchApp
+
 SLOW_GROUPS = ("poll", "spawn")  # workers that live on; never waited for
 P = ParamSpec("P")
+AppFactory = Callable[..., AutoresearchApp]
 
 
 def async_test(fn: Callable[P, Awaitable[None]]) -> Callable[P, None]:
@@ -43,7 +46,9 @@ async def settle(pilot: Pilot[Any], timeout: float = 10.0) -> None:
     raise AssertionError(f"workers still running after {timeout}s: {[w.name for w in app.workers]}")
 
 
-async def until(pilot: Pilot[Any], condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+async def until(
+    pilot: Pilot[Any], condition: Callable[[], Any], timeout: float = 10.0, what: str = ""
+) -> Any:
     """Let the app run until `condition()` is true (returns its value)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -3,6 +3,7 @@ palette, the CLI command, and serving to a browser on localhost."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -16,9 +17,8 @@ from click.testing import CliRunner
 from textual.widgets import Static
 
 from kb.errors import UserError
-from tests.tui.conftest import AppFactory
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import async_test, settle, until
+from tests.tui.helpers import AppFactory, async_test, settle, until
 from tui.app import make_app
 from tui.cli import main
 from tui.screens.fleet import FleetScreen
@@ -58,7 +58,9 @@ async def test_changes_by_another_process_show_up(app_on: AppFactory, tui_ws: Pa
         await pilot.press("3")
         await settle(pilot)
         write_from_another_process(tui_ws, "While the fleet pane was up")
-        await until(pilot, lambda: app.get_screen_stack("hypotheses")[0].stale, what="the hidden pane marked stale")
+        await until(
+            pilot, lambda: app.get_screen_stack("hypotheses")[0].stale, what="the hidden pane marked stale"
+        )
         await pilot.press("2")
         await until(pilot, lambda: table.page_total == total + 2, what="the reload on showing")
 
@@ -71,8 +73,21 @@ async def test_help_lists_every_panes_keys(app_on: AppFactory, tui_template: Tui
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = str(app.screen.query_one("#help-keys", Static).render())
-        for needed in ("Approve", "Reject", "Raise", "Cancel", "Stop run", "Re-decide", "Compare", "Copy sha",
-                       "Copy patch", "Next page", "Path filter", "OSC 52", "ssh -L 8000:127.0.0.1:8000"):
+        for needed in (
+            "Approve",
+            "Reject",
+            "Raise",
+            "Cancel",
+            "Stop run",
+            "Re-decide",
+            "Compare",
+            "Copy sha",
+            "Copy patch",
+            "Next page",
+            "Path filter",
+            "OSC 52",
+            "ssh -L 8000:127.0.0.1:8000",
+        ):
             assert needed in text, needed
         await pilot.press("escape")
         assert isinstance(app.screen, FleetScreen)
@@ -84,8 +99,16 @@ async def test_command_palette_reaches_the_actions(app_on: AppFactory, tui_templ
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for needed in ("Go to History", "Start a run", "Pause the run", "Stop the run", "Mine hypotheses",
-                       "Generate hypotheses", "Search the knowledge base", "Resume the interrupted run"):
+        for needed in (
+            "Go to History",
+            "Start a run",
+            "Pause the run",
+            "Stop the run",
+            "Mine hypotheses",
+            "Generate hypotheses",
+            "Search the knowledge base",
+            "Resume the interrupted run",
+        ):
             assert needed in titles
         await pilot.press("ctrl+p")
         await pilot.press(*"Go to Hypo")
@@ -145,7 +168,9 @@ def test_serve_binds_localhost_and_serves_the_page(tui_template: TuiFixture, tmp
                     page = response.read().decode()
             except OSError:
                 time.sleep(0.2)
-        assert "autoresearch" in page and f"ws://127.0.0.1:{port}/ws" in page.replace("localhost", "127.0.0.1")
+        assert "autoresearch" in page and f"ws://127.0.0.1:{port}/ws" in page.replace(
+            "localhost", "127.0.0.1"
+        )
         # Bound to loopback only: no other address of this machine answers.
         with socket.socket() as s:
             s.settimeout(1)
@@ -156,3 +181,24 @@ def test_serve_binds_localhost_and_serves_the_page(tui_template: TuiFixture, tmp
         server.terminate()
         server.wait(10)
     assert "serving the console on http://127.0.0.1:" in log.read_text()
+
+
+def test_start_up_path_stays_light() -> None:
+    """The console paints before the database layer loads: sqlite_utils pulls in pandas when it is
+    installed (most of a second), pydantic the config; both wait for the first worker."""
+    probe = (
+        "import json, sys\nimport tui.app, tui.cli.tui_cmd, tui.screens.fleet\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    loaded = {m.split(".")[0] for m in json.loads(out.stdout)}
+    assert not loaded & {"sqlite_utils", "pandas", "pydantic", "litellm", "sky", "pygments", "git"}
+
+
+def test_light_constants_match_kb() -> None:
+    from kb.config import CONFIG_NAME
+    from kb.db import DB_NAME
+    from tui import data
+    from tui.cli import tui_cmd
+
+    assert data.DB_NAME == DB_NAME and tui_cmd.CONFIG_NAME == CONFIG_NAME

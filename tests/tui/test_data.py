@@ -102,8 +102,16 @@ def test_steering_writes(tmp_path: Path, tui_ws: Path, tui_template: TuiFixture)
             "priority": 1.5,
         }
         assert data.reject(db, hid) == "rejected"
-        kinds = [e["kind"] for e in rows(db, "SELECT kind FROM events WHERE message LIKE ?", [f"hypothesis {hid}:%"])]
-        assert kinds == ["hypothesis.approve", "hypothesis.prioritize", "hypothesis.prioritize", "hypothesis.reject"]
+        kinds = [
+            e["kind"]
+            for e in rows(db, "SELECT kind FROM events WHERE message LIKE ?", [f"hypothesis {hid}:%"])
+        ]
+        assert kinds == [
+            "hypothesis.approve",
+            "hypothesis.prioritize",
+            "hypothesis.prioritize",
+            "hypothesis.reject",
+        ]
         # Cancel: only a live experiment; the runner gets a command row.
         running = tui_template.live.exp["quant"]
         cid = data.cancel_experiment(db, running)
@@ -137,7 +145,10 @@ def test_fleet_snapshot(store: data.Store, tui_template: TuiFixture) -> None:
     running = snap.experiments[0]
     assert running.id == tui_template.live.exp["quant"] and running.phase == "bench"
     assert running.elapsed(CLOCK_NOW) == 125
-    assert running.log_path is not None and data.log_tail(running.log_path)[-1] == f"experiment {running.id}: running"
+    assert (
+        running.log_path is not None
+        and data.log_tail(running.log_path)[-1] == f"experiment {running.id}: running"
+    )
     assert {w.name: w.experiment_id for w in snap.workers} == {"local-0": running.id, "local-1": None}
 
 
@@ -161,7 +172,10 @@ def test_history_pages_and_chart(store: data.Store, tui_template: TuiFixture) ->
         page = data.run_experiments(db, run_id, 0, 5)
         assert page.total == 16 and [e.id for e in page.rows] == sorted(e.id for e in page.rows)
         kept = [e for e in data.run_experiments(db, run_id).rows if e.winner]
-        assert {e.title for e in kept} == {"Fuse RMS_NORM and MUL on the CPU", "Unroll the Q4 quantize loop (ik_llama.cpp)"}
+        assert {e.title for e in kept} == {
+            "Fuse RMS_NORM and MUL on the CPU",
+            "Unroll the Q4 quantize loop (ik_llama.cpp)",
+        }
         assert all(e.ci_low is not None and e.ci_low > 0 for e in kept)
         series = data.metric_series(db, run_id)
         assert series.metric == "tg" and len(series.points) == 12
@@ -176,7 +190,8 @@ def test_history_pages_and_chart(store: data.Store, tui_template: TuiFixture) ->
 def test_run_request_arguments() -> None:
     assert RunRequest().args() == ["run", "--detach", "--json"]
     assert RunRequest(name="n1", waves=2, budget_minutes=1.5, skip_self_test=True).args() == [
-        "run", "--detach", "--json", "--name", "n1", "--waves", "2", "--budget-minutes", "1.5", "--skip-self-test",
+        "run", "--detach", "--json", "--name", "n1", "--waves", "2", "--budget-minutes", "1.5",
+        "--skip-self-test",
     ]  # fmt: skip
     assert RunRequest(resume=True, waves=3).args() == ["run", "--detach", "--json", "--resume"]
     assert _last_json('progress\n{\n  "pid": 1,\n  "run": 2\n}\n') == {"pid": 1, "run": 2}

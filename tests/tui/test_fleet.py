@@ -3,17 +3,14 @@ runner; start spawns `autoresearch run --detach` (recorded, and for real)."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
-from textual.widgets import Checkbox, DataTable, Input, Log, Static
+from textual.widgets import DataTable, Input, Log, Static
 
-from kb.db import connect, one, rows
-from tests.tui.conftest import AppFactory
+from kb.db import connect, rows
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import async_test, settle, until
+from tests.tui.helpers import AppFactory, async_test, settle, until
 from tests.tui.test_hypotheses import Recorder
 from tui.screens.dialogs import ConfirmScreen, StartRunScreen
 from tui.screens.fleet import FleetScreen
@@ -40,7 +37,9 @@ async def test_live_experiments_and_the_log_tail(app_on: AppFactory, tui_templat
         assert "run r2 (#2) running · wave 2" in line and "heartbeat 2s ago" in line
         table = screen.query_one("#fleet-exps", DataTable)
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[:2] == [str(running), "2"] and "running" in first and "bench" in first and "2m05s" in first
+        assert (
+            first[:2] == [str(running), "2"] and "running" in first and "bench" in first and "2m05s" in first
+        )
         tail = screen.query_one("#log-tail", Static)
         assert str(tail.render()).splitlines() == ["METRIC tg=41.4", f"experiment {running}: running"]
         workers = screen.query_one("#workers", DataTable)
@@ -58,7 +57,9 @@ async def test_live_experiments_and_the_log_tail(app_on: AppFactory, tui_templat
 
 
 @async_test
-async def test_cancel_pause_and_stop_write_commands(app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture) -> None:
+async def test_cancel_pause_and_stop_write_commands(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
     running = tui_template.live.exp["quant"]
     run_id = tui_template.live.run_id
     app = app_on(tui_ws, pane="fleet")
@@ -78,7 +79,10 @@ async def test_cancel_pause_and_stop_write_commands(app_on: AppFactory, tui_ws: 
         await settle(pilot)
         await pilot.press("S", "y")
         await settle(pilot)
-        assert [(c["kind"], c["target_id"]) for c in commands(tui_ws)[1:]] == [("pause", run_id), ("stop", run_id)]
+        assert [(c["kind"], c["target_id"]) for c in commands(tui_ws)[1:]] == [
+            ("pause", run_id),
+            ("stop", run_id),
+        ]
         line = str(app.screen.query_one("#run-line", Static).render())
         assert "3 command(s) waiting for the runner" in line
         # A finished experiment cannot be cancelled: nothing is written.
@@ -102,7 +106,9 @@ async def test_start_run_dialog_spawns_a_detached_runner(app_on: AppFactory, tui
         assert isinstance(app.screen, StartRunScreen)
         app.screen.query_one("#run-waves", Input).value = "x2"
         await pilot.press("ctrl+s")
-        assert "Waves 'x2': must be a whole number" in str(app.screen.query_one("#run-error", Static).render())
+        assert "Waves 'x2': must be a whole number" in str(
+            app.screen.query_one("#run-error", Static).render()
+        )
         app.screen.query_one("#run-waves", Input).value = "2"
         app.screen.query_one("#run-name", Input).value = "night"
         await pilot.press("ctrl+s")
@@ -114,32 +120,3 @@ async def test_start_run_dialog_spawns_a_detached_runner(app_on: AppFactory, tui
         [*cli, "run", "--detach", "--json", "--name", "night", "--waves", "2"],
         [*cli, "run", "--detach", "--json", "--resume"],
     ]
-
-
-@async_test
-async def test_a_real_detached_run_outlives_the_tui(app_on: AppFactory, tui_ws: Path) -> None:
-    """The real `autoresearch run --detach`: a runner in a session of its own, recorded in the
-    database; the app reports it (nothing is runnable here, so it ends quickly)."""
-    db = connect(tui_ws / "autoresearch.db", migrate_schema=False)
-    db.execute("UPDATE runs SET status = 'finished' WHERE name = 'r2'")
-    app = app_on(tui_ws, pane="fleet")
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        await pilot.press("s")
-        app.screen.query_one("#run-name", Input).value = "from-tui"
-        app.screen.query_one("#run-skip-self-test", Checkbox).value = True
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.processes, what="the spawn")
-        run = await until(
-            pilot, lambda: one(db, "SELECT * FROM runs WHERE name = 'from-tui'"), timeout=30, what="the run row"
-        )
-        # `run --detach` prints the runner's pid and log once the run row is there, then exits.
-        log = await until(pilot, lambda: next((tui_ws / "logs").glob("tui-run-*.log"), None))
-        await until(pilot, lambda: "}" in log.read_text(), what="the detach command's report")
-    assert run["pid"] not in (None, os.getpid())
-    try:
-        assert os.getsid(run["pid"]) != os.getsid(0)  # its own session: a hang-up of ours misses it
-    except ProcessLookupError:
-        pass  # already done: nothing was runnable
-    info = json.loads(log.read_text()[log.read_text().index("{") :])
-    assert info["name"] == "from-tui" and info["pid"] == run["pid"]

@@ -8,9 +8,8 @@ from pathlib import Path
 from textual.widgets import DataTable, Input, Static
 
 from kb.db import connect, rows
-from tests.tui.conftest import AppFactory
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import async_test, settle, until
+from tests.tui.helpers import AppFactory, async_test, settle
 from tui.data import MetricSeries
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import ConfirmScreen
@@ -77,7 +76,9 @@ async def test_compare_two_experiments(app_on: AppFactory, tui_template: TuiFixt
 
 
 @async_test
-async def test_redecide_lists_flips_and_saves_them(app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture) -> None:
+async def test_redecide_lists_flips_and_saves_them(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
     h = tui_template.history
     app = app_on(tui_ws, pane="history")
     async with app.run_test(size=(120, 40)) as pilot:
@@ -89,7 +90,9 @@ async def test_redecide_lists_flips_and_saves_them(app_on: AppFactory, tui_ws: P
         screen = app.screen
         assert isinstance(screen, RedecideScreen)
         assert screen.query_one("#min-effect", Input).value == "1"  # the run's own policy
-        assert "0 of 5 decided experiments flip" in str(screen.query_one("#redecide-summary", Static).render())
+        assert "0 of 5 decided experiments flip" in str(
+            screen.query_one("#redecide-summary", Static).render()
+        )
         screen.query_one("#min-effect", Input).value = "30"
         screen.query_one("#min-effect", Input).focus()
         await pilot.press("enter")

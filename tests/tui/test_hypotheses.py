@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kb.db import connect, one, rows
-from tests.tui.conftest import AppFactory
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import async_test, settle, until
+from tests.tui.helpers import AppFactory, async_test, settle, until
 from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
 from tui.screens.knowledge import CommitScreen, PaperScreen
 from tui.widgets.common import PagedTable
@@ -28,7 +27,9 @@ def hyp(root: Path, hid: int) -> dict[str, object]:
 
 
 @async_test
-async def test_steering_keys_write_to_the_database(app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture) -> None:
+async def test_steering_keys_write_to_the_database(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
     first, second = tui_template.proposed
     app = app_on(tui_ws, pane="hypotheses")
     async with app.run_test(size=(100, 30)) as pilot:
@@ -54,7 +55,9 @@ async def test_steering_keys_write_to_the_database(app_on: AppFactory, tui_ws: P
         await pilot.press("c")
         assert app.clipboard == str(first)
     db = connect(tui_ws / "autoresearch.db", migrate_schema=False)
-    logged = [r["kind"] for r in rows(db, "SELECT kind FROM events WHERE kind LIKE 'hypothesis.%' ORDER BY id")]
+    logged = [
+        r["kind"] for r in rows(db, "SELECT kind FROM events WHERE kind LIKE 'hypothesis.%' ORDER BY id")
+    ]
     assert logged == [
         "hypothesis.approve",
         "hypothesis.reject",
@@ -65,7 +68,9 @@ async def test_steering_keys_write_to_the_database(app_on: AppFactory, tui_ws: P
 
 
 @async_test
-async def test_detail_evidence_links_open_the_cited_entries(app_on: AppFactory, tui_template: TuiFixture) -> None:
+async def test_detail_evidence_links_open_the_cited_entries(
+    app_on: AppFactory, tui_template: TuiFixture
+) -> None:
     first = tui_template.proposed[0]
     app = app_on(tui_template.root, pane="hypotheses")
     async with app.run_test(size=(100, 30)) as pilot:
@@ -78,7 +83,10 @@ async def test_detail_evidence_links_open_the_cited_entries(app_on: AppFactory, 
         await settle(pilot)
         detail = app.screen
         assert isinstance(detail, HypothesisScreen) and detail.detail is not None
-        assert [e.id for e in detail.detail.evidence] == [tui_template.passages[31], tui_template.commits["tile"]]
+        assert [e.id for e in detail.detail.evidence] == [
+            tui_template.passages[31],
+            tui_template.commits["tile"],
+        ]
         await pilot.press("tab", "enter")  # the first evidence row: the paper passage
         await settle(pilot)
         reader = app.screen
@@ -95,7 +103,9 @@ async def test_detail_evidence_links_open_the_cited_entries(app_on: AppFactory, 
 
 
 @async_test
-async def test_approving_from_the_detail_view(app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture) -> None:
+async def test_approving_from_the_detail_view(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
     fuse = tui_template.history.hyp["fuse"]
     db = connect(tui_ws / "autoresearch.db", migrate_schema=False)
     db.execute("UPDATE hypotheses SET status = 'proposed' WHERE id = ?", [fuse])
@@ -153,5 +163,14 @@ async def test_generate_starts_the_generator_command(app_on: AppFactory, tui_tem
         await pilot.press("g")
         await until(pilot, lambda: recorder.calls, what="the generator")
     assert recorder.calls == [
-        [sys.executable, "-m", "tui.cli", "--workspace", str(tui_template.root), "hypotheses", "generate", "--json"]
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "--workspace",
+            str(tui_template.root),
+            "hypotheses",
+            "generate",
+            "--json",
+        ]
     ]

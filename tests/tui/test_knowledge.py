@@ -6,9 +6,8 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Input, ListView, Static
 
-from tests.tui.conftest import AppFactory
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import async_test, settle, until
+from tests.tui.helpers import AppFactory, async_test, settle, until
 from tui.screens.knowledge import CommitScreen, FusionScreen, KnowledgeScreen, PaperScreen
 from tui.widgets.common import PagedTable
 
@@ -57,7 +56,9 @@ async def test_forks_filter_by_path_and_show_the_diff(app_on: AppFactory, tui_te
         await pilot.press("n")  # the first fork only (ik_llama.cpp)
         await until(pilot, lambda: commits.page_total == 1, what="one fork")
         await pilot.press("n", "u")  # llamafile, upstreamed hidden
-        await until(pilot, lambda: commits.page_total == 2 and "upstreamed hidden" in str(commits.border_title))
+        await until(
+            pilot, lambda: commits.page_total == 2 and "upstreamed hidden" in str(commits.border_title)
+        )
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, CommitScreen) and app.screen.commit is not None

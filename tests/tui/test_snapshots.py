@@ -14,9 +14,8 @@ import pytest
 import textual
 from textual.pilot import Pilot
 
-from tests.tui.conftest import AppFactory
 from tests.tui.fixtures import TuiFixture
-from tests.tui.helpers import settle
+from tests.tui.helpers import AppFactory, settle
 
 PINNED_TEXTUAL = "8.2.8"
 SIZES = [(80, 24), (120, 40)]
@@ -69,7 +68,14 @@ DETAILS = [
 
 
 @pytest.mark.parametrize(("name", "pane", "presses", "size"), DETAILS, ids=[d[0] for d in DETAILS])
-def test_detail_screens(snap_compare: Snap, app_on: AppFactory, tui_template: TuiFixture, name: str, pane: str,
-                        presses: tuple[str, ...], size: tuple[int, int]) -> None:  # fmt: skip
+def test_detail_screens(
+    snap_compare: Snap,
+    app_on: AppFactory,
+    tui_template: TuiFixture,
+    name: str,
+    pane: str,
+    presses: tuple[str, ...],
+    size: tuple[int, int],
+) -> None:
     app = app_on(tui_template.root, pane=pane)
     assert snap_compare(app, terminal_size=size, run_before=keys(*presses))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 import click
 
-from tui.cli.common import workspace
-
+CONFIG_NAME = "autoresearch.toml"  # kb.config.CONFIG_NAME (a test checks they agree)
 PANES = ("knowledge", "hypotheses", "fleet", "history")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -40,14 +40,37 @@ def cli(ctx: click.Context, pane: str, serve: bool, host: str, port: int, public
     127.0.0.1 by default. Anyone who can reach the port can start and stop runs: do not bind it
     to a public address without an authenticating reverse proxy in front.
     """
-    ws = workspace(ctx)
-    ws.db().conn.close()  # check the database and bring its schema up to date before the UI starts
+    root = locate(ctx)
     if serve:
-        _serve(ws.root.as_posix(), pane, host, port, public_url)
+        _serve(root.as_posix(), pane, host, port, public_url)
         return
     from tui.app import make_app
 
-    make_app(ws.root, pane=pane).run()
+    make_app(root, pane=pane).run()
+
+
+def locate(ctx: click.Context) -> Path:
+    """The workspace folder, found as kb.workspace.find_workspace does (--workspace, else
+    $AUTORESEARCH_WORKSPACE, else the current folder and its parents) but without importing the
+    database and config modules: they cost most of a second, and the console must paint first
+    (it opens and migrates the database in a worker)."""
+    from kb.errors import WorkspaceNotFound
+
+    obj = ctx.find_root().obj
+    given = obj.get("workspace") if isinstance(obj, dict) else None
+    if given:
+        root = Path(given).expanduser().resolve()
+        if not (root / CONFIG_NAME).is_file():
+            raise WorkspaceNotFound(f"{root}: not a workspace (no {CONFIG_NAME}; run autoresearch init)")
+        return root
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    raise WorkspaceNotFound(
+        f"{here}: no workspace here or above (no {CONFIG_NAME}); "
+        "pass --workspace, set AUTORESEARCH_WORKSPACE, or run autoresearch init"
+    )
 
 
 def _serve(root: str, pane: str, host: str, port: int, public_url: str | None) -> None:

@@ -96,14 +96,14 @@ class FleetScreen(AppScreen):
             self.size.width or self.app.size.width,
         ):
             workers.add_column(label, width=width, key=label)
-        for w in snap.workers:
+        for wk in snap.workers:
             workers.add_row(
-                cell(w.name),
-                cell(w.backend),
-                status_cell(w.status),
-                right(f"{w.noise:.1%}" if w.noise is not None else "-"),
-                cell(f"#{w.experiment_id} {w.experiment}" if w.experiment_id else "-"),
-                key=str(w.id),
+                cell(wk.name),
+                cell(wk.backend),
+                status_cell(wk.status),
+                right(f"{wk.noise:.1%}" if wk.noise is not None else "-"),
+                cell(f"#{wk.experiment_id} {wk.experiment}" if wk.experiment_id else "-"),
+                key=str(wk.id),
             )
         if workers.row_count:
             workers.move_cursor(row=min(keep, workers.row_count - 1), animate=False)

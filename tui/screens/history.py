@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static
 
 from tui import data
-from tui.format import RICH_STATUS_COLOURS, clip, duration, interval, pct, ts
+from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded
 from tui.screens.base import AppScreen, DetailScreen
 from tui.screens.dialogs import ConfirmScreen
@@ -57,7 +57,10 @@ class HistoryScreen(AppScreen):
         )
 
     def is_loaded(self) -> bool:
-        return self.query_one("#experiments", PagedTable).loaded and self.query_one(MetricChart).series is not None
+        return (
+            self.query_one("#experiments", PagedTable).loaded
+            and self.query_one(MetricChart).series is not None
+        )
 
     def reload(self) -> None:
         self.load_runs()
@@ -146,8 +149,10 @@ class HistoryScreen(AppScreen):
         table.label = f"Experiments of {run.name}" if run else "Experiments"
         table.note = f"· #{self.marked} marked (v compares)" if self.marked else ""
         wide = (self.size.width or self.app.size.width) >= 100
-        table.column_spec = [("#", 5), ("W", 2), ("Status", 13)] + ([("Verdict", 12)] if wide else [])
-        table.column_spec += [("Effect", 6), ("Interval", 16), ("Pairs", 5), ("Title", None)]
+        spec: list[tuple[str, int | None]] = [("#", 5), ("W", 2), ("Status", 13)]
+        spec += [("Verdict", 12)] if wide else []
+        spec += [("Effect", 6), ("Interval", 16), ("Pairs", 5), ("Title", None)]
+        table.column_spec = spec
         table.show_page(message.page, [(str(e.id), self.row_cells(e, wide)) for e in message.page.rows])
 
     def row_cells(self, e: data.ExperimentRow, wide: bool) -> list[Text]:
@@ -329,7 +334,13 @@ class RedecideScreen(DetailScreen):
         table.clear(columns=True)
         width = self.size.width or self.app.size.width
         wide = width >= 100
-        spec: list[tuple[str, int | None]] = [("#", 5), ("Title", None), ("Old", 12), ("New", 16), ("Effect", 6)]
+        spec: list[tuple[str, int | None]] = [
+            ("#", 5),
+            ("Title", None),
+            ("Old", 12),
+            ("New", 16),
+            ("Effect", 6),
+        ]
         spec += [("Interval", 16)] if wide else []
         spec += [("Pairs", 5)]
         for label, w in fit_columns(spec, width):

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import JustifyMethod, RenderableType
-from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
@@ -175,6 +174,8 @@ class DiffView(Static):
         if not diff.strip():
             self.update(Text("(no diff stored)", style="grey50"))
             return
+        from rich.syntax import Syntax  # Pygments: imported on first use, not at start-up
+
         self.update(Syntax(diff, "diff", theme="ansi_dark", word_wrap=False, background_color="default"))
 
 
