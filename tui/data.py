@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from kb.search import Evidence, SearchHit
-    from runner.history import DecisionInfo, ExperimentInfo, RunInfo, Sample
+    from runner.history import DecisionInfo, ExperimentInfo, RunInfo, Sample, WaveInfo
     from runner.redecide import RedecideResult
 
 T = TypeVar("T")
@@ -610,8 +610,12 @@ def hypotheses(
     where, params = ("WHERE h.status = ?", [status]) if status else ("", [])
     total = _count(db, f"SELECT count(*) FROM hypotheses h {where}", params)
     offset = clamp_offset(offset, total, limit)
+    # Page the ids first: the per-row subqueries then run for this page only.
     found = rows(
-        db, _HYP_SQL + f" {where} ORDER BY h.priority DESC, h.id LIMIT ? OFFSET ?", [*params, limit, offset]
+        db,
+        _HYP_SQL + f" JOIN (SELECT id FROM hypotheses h {where} ORDER BY h.priority DESC, h.id LIMIT ? OFFSET ?)"
+        " page ON page.id = h.id ORDER BY h.priority DESC, h.id",
+        [*params, limit, offset],
     )
     return Page([_hyp_row(r) for r in found], offset, limit, total)
 
@@ -1039,6 +1043,12 @@ def runs(db: sqlite_utils.Database) -> list[RunInfo]:
     from runner import history
 
     return list(reversed(history.runs(db)))
+
+
+def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
+    from runner import history
+
+    return history.waves(db, run_id)
 
 
 def _finite(x: Any) -> float | None:

@@ -13,7 +13,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from kb.search import Evidence, SearchHit
-    from runner.history import RunInfo
+    from runner.history import RunInfo, WaveInfo
     from runner.redecide import RedecideResult
     from tui.data import (
         CommitDetail,
@@ -130,6 +130,12 @@ class LogRead(Message):
 @dataclass
 class RunsLoaded(Message):
     runs: list[RunInfo]
+
+
+@dataclass
+class WavesLoaded(Message):
+    run_id: int
+    waves: list[WaveInfo]
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """A tiny real C target for the runner's tests and benchmark: gcc-built, ~25 ms per benchmark run.
 
-`prog` runs a hash chain `reps()` times after an unused warm-up (3/4 of its work) and times itself; `autoresearch.sh` turns its output into
-`METRIC throughput=<runs per second>`; `autoresearch.checks.sh` compares its result with the
-baseline's. Candidate patches (`PATCHES`) change `reps()` or the output, so each one has a known
-truth: a real speedup, a no-op, a wrong result, a slowdown, a hang, a `nan` metric, a noisy one
-that can never be decided, one that touches the benchmark script, and one that does not apply.
+`prog` runs a hash chain `reps()` times after an unused warm-up (3/4 of its work) and times
+itself; `autoresearch.sh` turns its output into `METRIC throughput=<runs per second>`;
+`autoresearch.checks.sh` compares its result with the baseline's. Candidate patches (`EDITS`)
+change the warm-up, `reps()` or the output, so each one has a known truth: real speedups, a no-op,
+a wrong result, a slowdown, a hang, a `nan` metric, a noisy one that can never be decided, one
+that touches the benchmark script, and one that does not apply (`stale_diff`).
 """
 
 from __future__ import annotations

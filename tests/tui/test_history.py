@@ -131,7 +131,9 @@ def test_chart_lines_draw_bars_baselines_and_misses() -> None:
     assert len(lines) == 6 and lines[0].startswith("tg per experiment")
     plot = lines[1:5]
     assert plot[0][8] == "█" or plot[0][8] in "▁▂▃▄▅▆▇"  # the kept one reaches the top row
-    assert plot[-1][12] == "×"  # no measurement
+    assert plot[-1][16:19] == "×××"  # no measurement (bars are 3 cells wide when there is room)
     assert any("┄" in row for row in plot)  # the baseline mark above the discarded bar
-    assert lines[-1].strip() == "#1  #3"
+    assert lines[-1].split() == ["#1", "#3"]
+    crowded = [line.plain for line in chart_lines(series, 12, 6)]  # one cell per experiment
+    assert crowded[-2][8] == "█" and crowded[-2][10] == "×"
     assert [line.plain for line in chart_lines(None, 40, 3)][0] == "loading…"

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
-from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded
+from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded
 from tui.screens.base import AppScreen, DetailScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.widgets.common import PagedTable, cell, fit_columns, right, status_cell
@@ -40,6 +40,7 @@ class HistoryScreen(AppScreen):
 
     def compose_body(self) -> ComposeResult:
         yield DataTable(id="runs", cursor_type="row")
+        yield Static(id="waves-line")
         yield MetricChart(id="chart")
         yield PagedTable(
             "Experiments",
@@ -77,7 +78,9 @@ class HistoryScreen(AppScreen):
     def load_run(self, run_id: int, offset: int) -> None:
         with self.store.session() as db:
             page = data.run_experiments(db, run_id, offset, self.autoapp.page_size)
+            waves = data.waves(db, run_id)
             series = data.metric_series(db, run_id)
+        self.post_message(WavesLoaded(run_id, waves))
         self.post_message(PageLoaded("experiments", page))
         self.post_message(SeriesLoaded(run_id, series))
 
@@ -137,6 +140,23 @@ class HistoryScreen(AppScreen):
         self.run_id = run_id
         self.marked = None
         self.load_run(run_id, 0)
+
+    def on_waves_loaded(self, message: WavesLoaded) -> None:
+        if message.run_id != self.run_id:
+            return
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append("waves ", style="bold")
+        now = self.autoapp.clock()
+        for i, w in enumerate(message.waves[-12:]):
+            line.append(" · " if i else "")
+            line.append(f"{w.number}", style="bold")
+            line.append(f" {w.experiments} exps, ")
+            line.append(f"{w.kept} kept", style="green" if w.kept else "")
+            took = duration((w.ended_at or now) - w.started_at)
+            line.append(f", {took}" if w.status == "finished" else f", {w.status} {took}", style="grey70")
+        if not message.waves:
+            line.append("none yet", style="grey50")
+        self.query_one("#waves-line", Static).update(line)
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         if message.run_id == self.run_id:

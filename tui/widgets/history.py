@@ -33,7 +33,8 @@ def chart_lines(series: MetricSeries | None, width: int, height: int) -> list[Te
         return [title, Text("no measured experiments yet", style="grey50")] + [Text("")] * (height - 2)
     plot_h = height - 2
     columns = width - AXIS_WIDTH
-    step = 2 if len(series.points) * 2 <= columns else 1
+    # One column per experiment when crowded; wider bars (up to 3 cells and a gap) when not.
+    step = max(1, min(4, columns // max(1, len(series.points))))
     shown = series.points[-(columns // step) :]
     values = [v for p in shown for v in (p.candidate, p.baseline) if v is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
@@ -41,8 +42,8 @@ def chart_lines(series: MetricSeries | None, width: int, height: int) -> list[Te
     lo, hi = lo - pad, hi + pad
     grid: list[list[tuple[str, str]]] = [[(" ", "")] * (len(shown) * step) for _ in range(plot_h)]
     for i, point in enumerate(shown):
-        x = i * step
-        _draw_bar(grid, x, point, lo, hi, plot_h)
+        for x in range(i * step, i * step + max(1, step - 1)):
+            _draw_bar(grid, x, point, lo, hi, plot_h)
     lines = [title]
     for row in range(plot_h):
         label = number(hi - pad, 5) if row == 0 else (number(lo + pad, 5) if row == plot_h - 1 else "")
