@@ -203,6 +203,8 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
         FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
         WHERE h.status IN ({marks})
           AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+          -- a patch known not to apply on the baseline waits for the patch writer to rebase it
+          AND coalesce(p.apply_status, 'unchecked') != 'conflict'
           AND NOT EXISTS (
               -- a lost experiment is re-queued as a new one, so it does not count here
               SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')

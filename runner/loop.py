@@ -682,6 +682,20 @@ class Runner:
         with transaction(self.db):
             update(self.db, "waves", wave["id"], {"status": "finished", "ended_at": now()})
         self._say(f"wave {wave['number']} done; baseline now {self.head()[:12]}")
+        self._reflect(wave)
+
+    def _reflect(self, wave: dict[str, Any]) -> None:
+        """The wave's post-mortem becomes a KB note for the next research phase (the model's when one
+        is configured, else a plain summary). A failed reflection never stops the run."""
+        from runner.reflection import reflect_on_wave
+
+        try:
+            note = reflect_on_wave(self.ws, self.db, wave["id"])
+        except Exception as exc:  # the run matters more than its diary
+            self._event("reflection_failed", f"wave {wave['number']}: reflection failed ({exc})",
+                        level="warning")
+            return
+        self._say(f"wave {wave['number']} reflection stored as evidence {note}")
 
     def _commit_winner(self, exp: dict[str, Any]) -> None:
         from runner.winners import commit_winner
