@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.protocol import parse_metrics
+from runner.protocol import Metric, parse_metric_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "llama_bench"
@@ -45,9 +45,10 @@ def test_one_metric_line_per_repetition(fixture: str, fa: str, tg_first: float) 
 
 def test_lines_follow_the_runner_protocol() -> None:
     result = bench("fa0_pp512_tg128.json")
-    metrics, warnings = parse_metrics(result.stdout)
-    assert not warnings
-    assert len(metrics["pp"]) == 5 and len(metrics["tg"]) == 5
+    parsed = [parse_metric_line(line) for line in result.stdout.splitlines()]
+    assert all(isinstance(p, Metric) for p in parsed), parsed
+    names = [p.name for p in parsed if isinstance(p, Metric)]
+    assert names.count("pp") == 5 and names.count("tg") == 5
 
 
 def test_single_row_when_pp_is_disabled() -> None:
