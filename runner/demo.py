@@ -12,16 +12,17 @@ The CLI and the tests share this function. Each stage calls the library the matc
 4. inventory  - the backend fusion inventory scanned and stored (kb.inventory), as `kb inventory`;
 5. hypotheses - mined from the gaps and the fork commits (runner.miners); with a model, also
                 generated from the KB and patched through the LLM (runner.research, runner.patch_writer);
-6. run        - the self-test, waves, winners committed, stack and ablation (runner.loop), as `run`;
-7. reflect    - each wave's post-mortem stored as a KB note (runner.reflection);
-8. report     - Markdown and HTML (runner.report), as `report`.
+6. run        - the self-test, waves (each ending with its post-mortem stored as a KB note), winners
+                committed, stack and ablation (runner.loop), as `run`;
+7. report     - Markdown and HTML (runner.report), as `report`.
 
 The demo's policy is sized for the demo's effects, not for llama.cpp: the real changes move the
-throughput by 20-35%, the benchmark's noise is about 3% per pair with three samples per invocation
-(BENCH_REPS=3, CPU time), so 8-pair batches up to 32 pairs separate a +25% change, a -18% one and a
-0% one honestly (see runner/stats.py for what the looks cost), and a minimum effect of 2% lets a
-neutral change be discarded rather than wait for the cap. Nothing here knows which patch is which:
-decisions come from the measurements of the code.
+throughput by 20-35% and the benchmark's noise is 2-5% per pair (CPU time; three samples per
+invocation, BENCH_REPS=3 and BENCH_ITERS=3, each side of a pair their median). A first look at 12
+pairs, then batches of 8 up to 32, decides a +25% change and a -18% one at the first or second look
+(runner/stats.py says what each look costs), and a minimum effect of 2% lets a neutral change be
+discarded before the cap when the noise allows. Nothing here knows which patch is which: decisions
+come from the measurements of the code.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ DEMO_WAVE_SIZE = 12
 of an earlier winner answers another question (0005 only touches a function the fused path of 0001
 no longer calls, and such a change can still move the binary's layout by several percent)."""
 DEMO_BENCH_REPS = 3
+DEMO_BENCH_ITERS = 3
+"""Each sample is the median of this many graph evaluations (the bench's default is 5): three
+samples of three cost a third less than three of five, for about the same noise."""
 DEMO_TIMEOUTS = {"build": 180, "bench": 60, "check": 180}
 DEMO_BUDGET_MINUTES = 15.0
 """A safety net only: the demo takes 2-4 minutes on 2 cores."""
@@ -199,7 +203,7 @@ def demo_config(
         "target": {
             "build_cmd": "make -j2",
             # Several samples per invocation: each side of a pair is their median (less noise).
-            "env": {"BENCH_REPS": str(bench_reps)},
+            "env": {"BENCH_REPS": str(bench_reps), "BENCH_ITERS": str(DEMO_BENCH_ITERS)},
         },
         "metric": {"primary": "throughput", "direction": "higher", "unit": "graphs/s"},
         "policy": {**DEMO_POLICY, **policy},
@@ -319,23 +323,23 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     stages = _Stages(say)
     prepare_folder(root, options.force)
 
-    with stages.stage("workspace", f"1/8 workspace: {root}"):
+    with stages.stage("workspace", f"1/7 workspace: {root}"):
         ws, upstream, fork = _make_workspace(root, example, options, say)
     db = ws.db()
 
-    with stages.stage("papers", "2/8 papers: reading the articles"):
+    with stages.stage("papers", "2/7 papers: reading the articles"):
         papers = _ingest_papers(ws, db, say)
-    with stages.stage("fork", f"3/8 fork: recording the fork's commits ({fork})"):
+    with stages.stage("fork", f"3/7 fork: recording the fork's commits ({fork})"):
         fork_commits = _add_fork(ws, db, fork, say)
-    with stages.stage("inventory", "4/8 inventory: which backend fuses what"):
+    with stages.stage("inventory", "4/7 inventory: which backend fuses what"):
         gaps = _inventory(ws, db, say)
-    with stages.stage("hypotheses", "5/8 hypotheses: mining the gaps and the fork"):
+    with stages.stage("hypotheses", "5/7 hypotheses: mining the gaps and the fork"):
         mined = _mine(ws, db, say)
         llm = _generate(ws, db, options, say) if options.model else None
 
     from runner.loop import RunOptions, run_summary, start_run
 
-    with stages.stage("run", "6/8 run: self-test, then waves of experiments on the local fleet"):
+    with stages.stage("run", "6/7 run: self-test, then waves of experiments on the local fleet"):
         runner = start_run(
             ws,
             RunOptions(
@@ -349,10 +353,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
         summary = runner.execute()
     run_id = summary.run_id
 
-    with stages.stage("reflect", "7/8 reflect: each wave's post-mortem into the knowledge base"):
-        _reflect(ws, db, run_id, options, say)
-
-    with stages.stage("report", "8/8 report"):
+    with stages.stage("report", "7/7 report"):
         from runner.report import write_report
 
         md = write_report(ws, db, run_id, fmt="md")
@@ -545,27 +546,6 @@ def _generate(ws: Any, db: Any, options: DemoOptions, say: DemoProgress) -> dict
         out["error"] = str(exc)
         say("hypotheses", f"  model unavailable, going on without it: {exc}")
     return out
-
-
-def _reflect(ws: Any, db: Any, run_id: int, options: DemoOptions, say: DemoProgress) -> None:
-    from kb.db import rows
-    from runner.reflection import reflect_on_wave
-
-    client = None
-    if options.model:
-        from runner.llm import LLMError, client_for
-
-        try:
-            client = client_for(
-                db, ws.settings.llm, model=options.model, api_base=options.api_base, run_id=run_id
-            )
-        except LLMError:
-            client = None
-    for wave in rows(db, "SELECT * FROM waves WHERE run_id = ? ORDER BY number", [run_id]):
-        if wave.get("reflection_evidence_id"):
-            continue
-        evidence_id = reflect_on_wave(ws, db, wave["id"], client=client, use_model=client is not None)
-        say("reflect", f"  wave {wave['number']}: post-mortem stored as evidence {evidence_id}")
 
 
 # --- what happened -----------------------------------------------------------------------------

@@ -1077,6 +1077,8 @@ class Runner:
             name=f"ar-{self.name}-e{exp['id']}-b{batch}".replace("_", "-").lower()[:60],
             workdir=self.exp_dir(exp["id"]),
             envs={
+                # target.env first: the protocol's own variables below always win.
+                **s.target.env,
                 "EXPERIMENT_ID": exp["id"],
                 "EXPERIMENT_DESC": one_line(exp["title"]),
                 "BUILD_CMD": s.target.build_cmd,

@@ -1,9 +1,10 @@
 """The Textual app: four panes (knowledge, hypotheses, fleet, history) over the workspace database.
 
 `make_app()` is the one factory the CLI (`autoresearch tui`, also behind `--serve`), the tests and
-the benchmark use (with textual-dev installed: `textual run --dev -c autoresearch tui`). The app reads the database in thread workers (a fresh connection each), notices commits by
-other processes through `PRAGMA data_version` (polled in a worker of its own), and steers the
-runner by writing to the database or by starting detached `autoresearch` processes.
+the benchmark use (with textual-dev installed: `textual run --dev -c autoresearch tui`). The app
+reads the database in thread workers (a fresh connection each), notices commits by other
+processes through `PRAGMA data_version` (polled in a worker of its own), and steers the runner by
+writing to the database or by starting detached `autoresearch` processes.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ LIVE_RUN_STATUSES = ("running", "paused")
 LIVE_EXPERIMENT_STATUSES = ("queued", "running")
 
 
-# kb.db imports sqlite_utils, which imports pandas when it is installed (~0.7 s): the app must
+# kb.db imports sqlite_utils, which imports pandas when it is installed (0.2-0.7 s): the app must
 # paint before that, so this module reaches kb.db only from inside functions (run in workers).
 
 
@@ -613,8 +613,8 @@ def hypotheses(
     # Page the ids first: the per-row subqueries then run for this page only.
     found = rows(
         db,
-        _HYP_SQL + f" JOIN (SELECT id FROM hypotheses h {where} ORDER BY h.priority DESC, h.id LIMIT ? OFFSET ?)"
-        " page ON page.id = h.id ORDER BY h.priority DESC, h.id",
+        _HYP_SQL + f" JOIN (SELECT id FROM hypotheses h {where} ORDER BY h.priority DESC, h.id"
+        " LIMIT ? OFFSET ?) page ON page.id = h.id ORDER BY h.priority DESC, h.id",
         [*params, limit, offset],
     )
     return Page([_hyp_row(r) for r in found], offset, limit, total)

@@ -372,10 +372,7 @@ class SkyPilotFleet(Fleet):
         """Down every cluster of the run and wait until SkyPilot confirms (or the wait runs out)."""
         for worker in self.workers():
             self._teardown(worker.id, "down", "the run ended")
-        deadline = time.monotonic() + DOWN_WAIT_SECONDS
-        while self._pending_teardowns() and time.monotonic() < deadline:
-            time.sleep(TICK_SECONDS)
-            self._check_teardowns()
+        self._wait_teardowns(DOWN_WAIT_SECONDS)
         self._costs()
         self._reconcile_costs()
         if self.qualify_dir.exists():
@@ -845,6 +842,8 @@ class SkyPilotFleet(Fleet):
     def _give_up_when_failing(self) -> None:
         count, reason = self._failures_in_a_row()
         if count >= self.conf.max_failures and not self.workers():
+            self._wait_teardowns(DOWN_WAIT_SECONDS)  # the run stops: leave nothing half torn down
+            self._costs()
             raise UserError(
                 f"fleet.skypilot: {count} clusters in a row failed to launch or qualify "
                 f"(max_failures {self.conf.max_failures}); last: {reason}"
@@ -1082,10 +1081,24 @@ class SkyPilotFleet(Fleet):
                 if type(exc).__name__ != "ClusterDoesNotExist":
                     outcome = f"failed: {error_line(exc)}"
             self._update_worker(row["id"], teardown=outcome, torn_down_at=now(), phase=row["status"])
-            if outcome == "done":
-                self._event("worker_down", f"{row['name']}: down ({meta.get('reason') or row['status']})")
-            else:
-                self._event("worker_down_failed", f"{row['name']}: down {outcome}", level="error")
+            ok = outcome == "done"
+            log_event(
+                self.db,
+                "worker_down" if ok else "worker_down_failed",
+                f"{row['name']}: down ({meta.get('reason') or row['status']})"
+                if ok
+                else f"{row['name']}: down {outcome}",
+                level="info" if ok else "error",
+                run_id=row["run_id"],
+            )
+
+    def _wait_teardowns(self, timeout: float) -> None:
+        """Block until SkyPilot confirms every pending down (or the time is up)."""
+        deadline = time.monotonic() + timeout
+        self._check_teardowns()
+        while self._pending_teardowns() and time.monotonic() < deadline:
+            time.sleep(TICK_SECONDS)
+            self._check_teardowns()
 
     def _down_orphans(self) -> None:
         """Clusters recorded for runs that nobody drives any more are downed."""

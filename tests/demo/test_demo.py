@@ -115,18 +115,26 @@ def demo_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         check=False,
     )
     seconds = time.monotonic() - started
-    print(f"\nautoresearch demo: {seconds:.1f} s wall\n{proc.stdout}\n{proc.stderr}")
+    load = max(os.getloadavg()[1], os.getloadavg()[0])  # over the last 5 minutes and the last one
+    print(f"\nautoresearch demo: {seconds:.1f} s wall, load {load:.1f}\n{proc.stdout}\n{proc.stderr}")
     db = connect(directory / "autoresearch.db")
-    yield {"dir": directory, "proc": proc, "seconds": seconds, "db": db, "fork": directory / "repos" / "fork"}
+    yield {
+        "dir": directory,
+        "proc": proc,
+        "seconds": seconds,
+        "load": load,
+        "db": db,
+        "fork": directory / "repos" / "fork",
+    }
     db.conn.close()
 
 
-def test_demo_runs_within_budget_and_prints_progress_and_summary(demo_cli: dict[str, Any]) -> None:
+def test_demo_prints_progress_and_summary(demo_cli: dict[str, Any]) -> None:
     proc, directory = demo_cli["proc"], demo_cli["dir"]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for n in range(1, 9):
-        assert f"==> {n}/8 " in out
+    for n in range(1, 8):
+        assert f"==> {n}/7 " in out
     # Experiments are reported as they go, before the summary.
     progress, summary = out.split("\nDemo done in ", 1)
     assert re.search(r"exp \d+ .*: batch 0, pairs 0\.\.\d+ on local-\d", progress)
@@ -145,7 +153,23 @@ def test_demo_runs_within_budget_and_prints_progress_and_summary(demo_cli: dict[
     assert "touches autoresearch.sh" in not_kept
     assert f"Report: {directory}/reports/demo.md" in summary
     assert f"autoresearch --workspace {directory} tui" in summary
+
+
+def test_demo_runs_within_its_time_budget(demo_cli: dict[str, Any]) -> None:
+    # The budget is for a 2-core machine running the demo, not one shared with other heavy jobs.
+    load, cores = demo_cli["load"], os.cpu_count() or 1
+    if load > 2 * cores:
+        pytest.skip(f"the machine was overloaded (load {load:.1f} on {cores} cores): wall time not judged")
     assert demo_cli["seconds"] < BUDGET_SECONDS, f"the demo took {demo_cli['seconds']:.0f} s"
+
+
+def test_the_demo_config_reaches_the_benchmark(demo_cli: dict[str, Any]) -> None:
+    # target.env sets BENCH_REPS=3: every invocation prints three throughput samples.
+    counts = rows(
+        demo_cli["db"],
+        "SELECT count(*) AS n FROM samples WHERE metric = 'throughput' GROUP BY experiment_id, pair, side",
+    )
+    assert counts and {c["n"] for c in counts} == {3}
 
 
 def test_demo_decisions_follow_the_code(demo_cli: dict[str, Any]) -> None:
@@ -265,7 +289,7 @@ def test_shuffled_titles_get_the_same_decisions(tmp_path: Path) -> None:
             repos=(upstream, fork),
             self_test=False,
             final=False,
-            policy={"min_pairs": 12, "batch_pairs": 6, "max_pairs": 24},
+            policy={"min_pairs": 10, "batch_pairs": 6, "max_pairs": 16},
         ),
         progress=lambda _stage, line: lines.append(line),
     )
@@ -315,3 +339,92 @@ def test_refuses_a_non_empty_folder_and_replaces_only_an_earlier_demo(tmp_path: 
     prepare_folder(busy, force=True)
     assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
     shutil.rmtree(busy)
+
+
+# --- with a model --------------------------------------------------------------------------------
+
+
+def _comment_diff(path: str, note: str) -> str:
+    """A diff adding one comment line at the top of a target file (applies to the baseline)."""
+    import difflib
+
+    old = (build_repos.TARGET_DIR / path).read_text(encoding="utf-8").splitlines(keepends=True)
+    new = [f"/* {note} */\n", *old]
+    return "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
+
+
+def test_with_a_model_the_gap_and_the_models_hypotheses_get_patches_and_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runner.research_support import ScriptedLLM
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted")  # litellm's openai provider wants one
+
+    def reply(body: dict[str, Any]) -> str:
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "post-mortem" in system:
+            return json.dumps(
+                {"worked": [], "noise": ["both comment patches"], "next": ["fuse"], "summary": "Nothing won."}
+            )
+        if "writing one patch" in system:
+            note = "gap" if "RMS_NORM+MUL" in user else "model"
+            return json.dumps(
+                {"summary": "a comment", "diff": _comment_diff("src/backend-cpu/ops-softmax.c", note)}
+            )
+        if "search queries" in user:
+            return json.dumps({"queries": ["fusing RMS norm", "memory-bound kernels"]})
+        passages = re.findall(r'evidence id=(\d+) kind="passage"', user)
+        assert passages, "the research prompt quotes the articles"
+        hypothesis = {
+            "title": "Explain the softmax passes in a comment",
+            "rationale": "A scripted hypothesis that cites an article passage from the prompt.",
+            "expected_effect": 0.01,
+            "risk": "none",
+            "confidence": 0.2,
+            "evidence_ids": [int(passages[0])],
+        }
+        return json.dumps({"hypotheses": [hypothesis]})
+
+    with ScriptedLLM(reply) as llm:
+        result = run_demo(
+            DemoOptions(
+                tmp_path / "ws",
+                model=llm.litellm_model,
+                api_base=llm.base_url,
+                self_test=False,
+                final=False,
+                policy={"min_pairs": 4, "batch_pairs": 4, "max_pairs": 4},
+            )
+        )
+    assert result.llm is not None and result.llm["error"] is None, result.llm
+    assert result.run_status == "finished", result.error
+    json.dumps(result.to_json())  # the CLI's --json output
+    db = connect(tmp_path / "ws" / "autoresearch.db")
+    purposes = [
+        r["purpose"] for r in rows(db, "SELECT purpose FROM llm_calls WHERE error IS NULL ORDER BY id")
+    ]
+    assert purposes == ["queries", "research", "patch", "patch", "reflect"]
+    # The model's own hypothesis cites the passage it was shown, and its patch was measured.
+    hyp = one(db, "SELECT * FROM hypotheses WHERE origin = 'llm'")
+    assert hyp is not None and hyp["llm_call_id"]
+    cited = one(
+        db,
+        "SELECT e.kind FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id "
+        "WHERE he.hypothesis_id = ?",
+        [hyp["id"]],
+    )
+    assert cited == {"kind": "passage"}
+    # The gap hypothesis got the model's patch; both were measured, with their provenance.
+    gap_hyp = one(db, "SELECT * FROM hypotheses WHERE origin = 'miner:gap'")
+    assert gap_hyp is not None
+    for h in (hyp, gap_hyp):
+        patch = one(db, "SELECT * FROM patches WHERE hypothesis_id = ?", [h["id"]])
+        assert patch is not None and patch["author_kind"] == "llm" and patch["llm_call_id"]
+        exp = one(db, "SELECT * FROM experiments WHERE patch_id = ?", [patch["id"]])
+        assert exp is not None and exp["status"] in ("kept", "discarded", "inconclusive"), exp
+    gap_outcome = next(o for o in [*result.kept, *result.others] if "RMS_NORM+MUL" in o.title)
+    assert any(ref.startswith("gap:") for ref in gap_outcome.sources)
+    assert not result.waiting
+    note = one(db, "SELECT meta FROM evidence WHERE kind = 'note'")
+    assert note is not None and json.loads(note["meta"])["author"] == llm.litellm_model
+    db.conn.close()

@@ -24,6 +24,7 @@ from tui.cli import main
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
 from tui.screens.hypotheses import HypothesesScreen
+from tui.screens.knowledge import KnowledgeScreen
 from tui.widgets.common import PagedTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,3 +203,18 @@ def test_light_constants_match_kb() -> None:
     from tui.cli import tui_cmd
 
     assert data.DB_NAME == DB_NAME and tui_cmd.CONFIG_NAME == CONFIG_NAME
+
+
+@async_test
+async def test_a_failing_worker_becomes_one_notification(
+    app_on: AppFactory, tui_template: TuiFixture
+) -> None:
+    app = app_on(tui_template.root, pane="knowledge")
+    shown: list[tuple[str, str]] = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        app.notify = lambda message, **kw: shown.append((str(message), kw.get("severity", "")))  # type: ignore[method-assign]
+        app.open_evidence(10**6)
+        await settle(pilot)
+        assert shown == [("evidence 1000000: no such evidence id", "error")]
+        assert isinstance(app.screen, KnowledgeScreen)  # nothing opened, nothing crashed

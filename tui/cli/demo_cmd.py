@@ -64,10 +64,7 @@ def cli(
     try:
         result = run_demo(options, progress)
     except KeyboardInterrupt:
-        root = options.directory.expanduser().resolve()
-        click.echo(
-            f"interrupted; continue the run with: autoresearch --workspace {root} run --resume", err=True
-        )
+        click.echo(_after_interrupt(options.directory.expanduser().resolve()), err=True)
         sys.exit(130)
     if as_json:
         echo_json(result.to_json())
@@ -77,6 +74,24 @@ def cli(
             click.echo(line)
     if result.run_status == "failed":
         raise click.ClickException(f"the demo's run failed: {result.error}")
+
+
+def _after_interrupt(root: Path) -> str:
+    """What to do next: resume the run if it had started, else start again."""
+    from kb.db import DB_NAME, connect, one
+
+    if (root / DB_NAME).is_file():
+        db = connect(root / DB_NAME, readonly=True)
+        try:
+            run = one(db, "SELECT id FROM runs ORDER BY id DESC LIMIT 1")
+        finally:
+            db.conn.close()
+        if run is not None:
+            return (
+                f"interrupted; continue the run with: autoresearch --workspace {root} run --resume\n"
+                f"then write its report with: autoresearch --workspace {root} report demo"
+            )
+    return f"interrupted before the run started; start again with: autoresearch demo {root} --force"
 
 
 def _clock(seconds: float) -> str:

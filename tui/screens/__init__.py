@@ -1,0 +1,1 @@
+"""Screens of the Textual app: one per pane, and the views and dialogs pushed on them."""

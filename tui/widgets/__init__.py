@@ -1,0 +1,1 @@
+"""Widgets of the Textual app, grouped by the screen region they serve."""
