@@ -40,9 +40,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from kb.workspace import Workspace
 
 DemoProgress = Callable[[str, str], None]
 """progress(stage, line): a stage name (workspace, papers, ...) and one line to show: the stage's
@@ -88,7 +93,7 @@ DEMO_BENCH_ITERS = 3
 samples of three cost a third less than three of five, for about the same noise."""
 DEMO_TIMEOUTS = {"build": 180, "bench": 60, "check": 180}
 DEMO_BUDGET_MINUTES = 15.0
-"""A safety net only: the demo takes 2-4 minutes on 2 cores."""
+"""A safety net only: the demo takes 1.5 to 3 minutes on 2 cores."""
 
 
 @dataclass
@@ -395,7 +400,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     return result
 
 
-def _run_name(db: Any) -> str:
+def _run_name(db: sqlite_utils.Database) -> str:
     from kb.db import one
 
     if one(db, "SELECT id FROM runs WHERE name = ?", [RUN_NAME]) is None:
@@ -414,7 +419,7 @@ def _shell_quote(text: str) -> str:
 
 def _make_workspace(
     root: Path, example: Path, options: DemoOptions, say: DemoProgress
-) -> tuple[Any, Path, Path]:
+) -> tuple[Workspace, Path, Path]:
     from kb.init import TargetSpec, create_workspace
 
     created_root = not root.exists()
@@ -444,9 +449,9 @@ def _make_workspace(
             ),
         )
     except BaseException:
-        if created_root:
-            _rmtree(root) if root.exists() else None
-        else:
+        if created_root and root.exists():
+            _rmtree(root)
+        elif not created_root:
             for path in made:
                 if path.exists():
                     _rmtree(path)
@@ -455,16 +460,17 @@ def _make_workspace(
     say(
         "workspace",
         f"  workspace created: metric throughput (higher is better), {options.parallel} local "
-        f"workers, batches of {policy.batch_pairs} pairs up to {policy.max_pairs}, min effect "
-        f"{policy.min_effect:.0%}, {options.bench_reps} samples per benchmark run",
+        f"workers; a first look after {policy.min_pairs} pairs, then batches of {policy.batch_pairs} "
+        f"up to {policy.max_pairs}; min effect {policy.min_effect:.0%}; {options.bench_reps} samples "
+        "per benchmark run",
     )
     return ws, upstream, fork
 
 
-def _ingest_papers(ws: Any, db: Any, say: DemoProgress) -> list[str]:
-    from kb.papers import add_papers, expand_inputs
+def _ingest_papers(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> list[str]:
+    from kb.papers import PaperResult, add_papers, expand_inputs
 
-    def show(result: Any) -> None:
+    def show(result: PaperResult) -> None:
         say("papers", f"  {result.message}")
 
     results = add_papers(db, expand_inputs([str(ws.root / _ARTICLES)]), ws.settings.kb, progress=show)
@@ -474,7 +480,7 @@ def _ingest_papers(ws: Any, db: Any, say: DemoProgress) -> list[str]:
     return [r.title or r.input for r in results]
 
 
-def _add_fork(ws: Any, db: Any, fork: Path, say: DemoProgress) -> int:
+def _add_fork(ws: Workspace, db: sqlite_utils.Database, fork: Path, say: DemoProgress) -> int:
     from kb.forks import add_fork
 
     result = add_fork(ws, db, FORK_NAME, str(fork))
@@ -482,7 +488,7 @@ def _add_fork(ws: Any, db: Any, fork: Path, say: DemoProgress) -> int:
     return int(result.new_commits)
 
 
-def _inventory(ws: Any, db: Any, say: DemoProgress) -> list[str]:
+def _inventory(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> list[str]:
     from kb.inventory import scan_workspace
     from kb.inventory_store import store
 
@@ -501,7 +507,7 @@ def _inventory(ws: Any, db: Any, say: DemoProgress) -> list[str]:
     return gaps
 
 
-def _mine(ws: Any, db: Any, say: DemoProgress) -> dict[str, Any]:
+def _mine(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> dict[str, Any]:
     from runner.miners import mine
 
     # A fork commit that edits the benchmark is queued too, so the runner refuses it on the record.
@@ -516,7 +522,9 @@ def _mine(ws: Any, db: Any, say: DemoProgress) -> dict[str, Any]:
     return report.to_json()
 
 
-def _generate(ws: Any, db: Any, options: DemoOptions, say: DemoProgress) -> dict[str, Any]:
+def _generate(
+    ws: Workspace, db: sqlite_utils.Database, options: DemoOptions, say: DemoProgress
+) -> dict[str, Any]:
     """With --model: hypotheses from the KB, then patches for every hypothesis that has none.
     Model trouble is reported and the demo goes on with what it has."""
     from runner.llm import LLMError, client_for
@@ -551,7 +559,7 @@ def _generate(ws: Any, db: Any, options: DemoOptions, say: DemoProgress) -> dict
 # --- what happened -----------------------------------------------------------------------------
 
 
-def _outcomes(db: Any, summary: dict[str, Any]) -> tuple[list[Outcome], list[Outcome]]:
+def _outcomes(db: sqlite_utils.Database, summary: dict[str, Any]) -> tuple[list[Outcome], list[Outcome]]:
     from kb.db import one
     from runner.winners import source_details, source_refs
 
@@ -599,7 +607,7 @@ def _outcomes(db: Any, summary: dict[str, Any]) -> tuple[list[Outcome], list[Out
     return kept, others
 
 
-def _reading(db: Any, title: str) -> list[str]:
+def _reading(db: sqlite_utils.Database, title: str) -> list[str]:
     """The best paper passage for a winner's title words (the KB search, as `kb search` runs it)."""
     from kb.search import search
 
@@ -615,7 +623,7 @@ def _reading(db: Any, title: str) -> list[str]:
     return [f"{h.source} (passage {h.ref}, evidence {h.id})" for h in hits]
 
 
-def _waiting(db: Any) -> list[dict[str, Any]]:
+def _waiting(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Hypotheses that never reached an experiment, with why."""
     from kb.db import rows
     from runner.winners import source_refs
@@ -640,7 +648,7 @@ def _waiting(db: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _medians(db: Any, experiment_id: int, side: str) -> dict[str, float]:
+def _medians(db: sqlite_utils.Database, experiment_id: int, side: str) -> dict[str, float]:
     from kb.db import rows
 
     values: dict[str, list[float]] = {}
@@ -652,7 +660,7 @@ def _medians(db: Any, experiment_id: int, side: str) -> dict[str, float]:
 
 
 def _bottlenecks(
-    db: Any, summary: dict[str, Any], primary: str
+    db: sqlite_utils.Database, summary: dict[str, Any], primary: str
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Memory- or compute-bound: the original baseline (self-test) and the stacked winners."""
     from runner.research import analyze_bottleneck

@@ -156,11 +156,12 @@ def test_demo_prints_progress_and_summary(demo_cli: dict[str, Any]) -> None:
 
 
 def test_demo_runs_within_its_time_budget(demo_cli: dict[str, Any]) -> None:
-    # The budget is for a 2-core machine running the demo, not one shared with other heavy jobs.
-    load, cores = demo_cli["load"], os.cpu_count() or 1
-    if load > 2 * cores:
-        pytest.skip(f"the machine was overloaded (load {load:.1f} on {cores} cores): wall time not judged")
-    assert demo_cli["seconds"] < BUDGET_SECONDS, f"the demo took {demo_cli['seconds']:.0f} s"
+    # The budget is for a 2-core machine running the demo, not one shared with other heavy jobs:
+    # over budget on an overloaded machine is reported, not judged.
+    seconds, load, cores = demo_cli["seconds"], demo_cli["load"], os.cpu_count() or 1
+    if seconds >= BUDGET_SECONDS and load > 2 * cores:
+        pytest.skip(f"{seconds:.0f} s, but the machine was overloaded (load {load:.1f} on {cores} cores)")
+    assert seconds < BUDGET_SECONDS, f"the demo took {seconds:.0f} s (load {load:.1f})"
 
 
 def test_the_demo_config_reaches_the_benchmark(demo_cli: dict[str, Any]) -> None:
