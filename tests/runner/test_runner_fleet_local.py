@@ -14,7 +14,7 @@ from kb.db import insert, now
 from kb.init import TargetSpec, create_workspace
 from kb.workspace import Workspace
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, make_fleet
-from runner.fleet.local import LocalFleet, session_members
+from runner.fleet.local import LocalFleet, _cmdline, session_members
 from runner.template import render
 
 TEMPLATE: dict[str, Any] = {
@@ -161,6 +161,10 @@ def test_a_restarted_runner_reattaches_and_kills_unknown_jobs(ws: Workspace, tmp
     unknown = spec(ws, 2, "sleep 300\n", tmp_path)
     first.submit(w1, known)
     stray = int(first.submit(w2, unknown))
+    # Under load the stray may not have exec'd its job script yet; the restart happens later.
+    deadline = time.monotonic() + 10
+    while not any(arg.endswith("job.sh") for arg in _cmdline(stray)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     # A new runner process: it knows job 1 only from the database, without its pid (as when the
     # runner died between starting the job and recording it); job 2 it does not know at all.
     second = make_fleet("local", ws, ws.db(), run_id, 2)
