@@ -34,6 +34,8 @@ BUILD_TARGETS = ["llama-bench", "test-backend-ops", "llama-simple"]
 # (ggml's AMX mul_mat then segfaults, as it does on this machine): build without AMX on x86.
 BUILD_CMD = (
     'amx=$([ "$(uname -m)" = x86_64 ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"); '
+    # ccache keyed on paths relative to the tree, so every experiment worktree shares one cache
+    'export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true; '
     'CFLAGS="$amx" CXXFLAGS="$amx" '
     "cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF "
     "-DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF "
