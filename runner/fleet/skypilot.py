@@ -84,6 +84,7 @@ DOWN_WAIT_SECONDS = 900.0
 RUN_STALE_SECONDS = 30.0
 """A `running` run whose heartbeat is older than this has no runner (runner/loop.py's limit)."""
 QUALIFY_MARGIN_SECONDS = 600
+GONE = "the cluster is gone (not UP when SkyPilot asked the infra: preempted, or its allocation ended)"
 MANIFEST = ".autoresearch-manifest"
 DEFAULT_ORIGIN = "runner/experiment.yaml"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -127,8 +128,10 @@ def sky_module() -> ModuleType:
     """`sky`, imported on first use with telemetry off unless the environment says otherwise."""
     for key, value in TELEMETRY_OFF.items():
         os.environ.setdefault(key, value)
-    import sky
-
+    try:
+        import sky
+    except ImportError as exc:
+        raise UserError(f"backend 'skypilot': SkyPilot cannot be imported ({exc})") from None
     return sky
 
 
@@ -450,7 +453,7 @@ class SkyPilotFleet(Fleet):
     def _poll(self, tracked: _Job, stamp: float) -> JobStatus:
         if tracked.error:
             if self._cluster_gone(tracked.cluster):
-                self._lose_worker(tracked.worker_id, f"cluster vanished ({tracked.error})")
+                self._lose_worker(tracked.worker_id, GONE)
             return self._end(tracked, JobStatus("lost", detail=tracked.error), fetch=False)
         if tracked.sky_job is None and not self._resolve(tracked):
             return tracked.state
@@ -535,11 +538,9 @@ class SkyPilotFleet(Fleet):
             try:
                 with quiet():
                     queue = sky.get(sky.queue(cluster))
-            except Exception as exc:  # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 if self._cluster_gone(cluster):
-                    self._lose_worker(
-                        worker.id, f"cluster vanished while the runner was away ({error_line(exc)})"
-                    )
+                    self._lose_worker(worker.id, f"{GONE}, found while the runner was away")
                 continue
             known = tracked_ids.get(cluster, set())
             stray = [
@@ -670,8 +671,10 @@ class SkyPilotFleet(Fleet):
         except Exception as exc:  # noqa: BLE001
             errors = self._check_errors.get(worker.id, 0) + 1
             self._check_errors[worker.id] = errors
-            if errors >= CHECK_ERRORS or self._cluster_gone(worker.name):
-                self._lose_worker(worker.id, f"cluster lost while qualifying ({error_line(exc)})")
+            if self._cluster_gone(worker.name):
+                self._lose_worker(worker.id, f"{GONE}, while qualifying")
+            elif errors >= CHECK_ERRORS:
+                self._lose_worker(worker.id, f"its qualification cannot be checked ({error_line(exc)})")
             return
         self._check_errors.pop(worker.id, None)
         status = statuses.get(job) if isinstance(statuses, dict) else None
@@ -929,8 +932,8 @@ class SkyPilotFleet(Fleet):
         except Exception as exc:  # noqa: BLE001
             detail = f"exec failed: {error_line(exc)}"
             if self._cluster_gone(job.cluster):
-                self._lose_worker(job.worker_id, f"cluster vanished ({error_line(exc)})")
-                detail = f"cluster {job.cluster} vanished ({error_line(exc)})"
+                self._lose_worker(job.worker_id, GONE)
+                detail = f"cluster {job.cluster} vanished"
             self._end(job, JobStatus("lost", detail=detail), fetch=False)
             return False
         if sky_job is None:
@@ -944,7 +947,7 @@ class SkyPilotFleet(Fleet):
     def _check_failed(self, job: _Job, exc: BaseException) -> JobStatus:
         job.errors += 1
         if self._cluster_gone(job.cluster):
-            self._lose_worker(job.worker_id, f"cluster vanished ({error_line(exc)})")
+            self._lose_worker(job.worker_id, GONE)
             return self._end(job, JobStatus("lost", detail=f"cluster {job.cluster} vanished"), fetch=False)
         if job.errors >= CHECK_ERRORS:
             return self._end(job, JobStatus("lost", detail=f"job status unavailable: {error_line(exc)}"))
@@ -1024,12 +1027,18 @@ class SkyPilotFleet(Fleet):
                 self._lose_worker(worker.id, "the cluster is gone (found missing on restart)")
 
     def _fail(self, worker_id: int, reason: str) -> None:
-        self._teardown(worker_id, "failed", reason)
-        self._event("worker_failed", f"{self._name(worker_id)}: {reason}; downed", level="warning")
+        if self._is_live(worker_id):
+            self._teardown(worker_id, "failed", reason)
+            self._event("worker_failed", f"{self._name(worker_id)}: {reason}; downed", level="warning")
 
     def _lose_worker(self, worker_id: int, reason: str) -> None:
-        self._teardown(worker_id, "lost", reason)
-        self._event("worker_lost", f"{self._name(worker_id)}: lost ({reason})", level="warning")
+        if self._is_live(worker_id):  # several jobs and checks may notice the same loss
+            self._teardown(worker_id, "lost", reason)
+            self._event("worker_lost", f"{self._name(worker_id)}: lost ({reason})", level="warning")
+
+    def _is_live(self, worker_id: int) -> bool:
+        row = one(self.db, "SELECT status FROM workers WHERE id = ?", [worker_id])
+        return row is not None and row["status"] in LIVE
 
     def _teardown(self, worker_id: int, status: str, reason: str) -> None:
         """Mark the worker over and send the down request (checked by later ticks)."""

@@ -92,3 +92,13 @@ def slurm_jobs_of_login_user() -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%i %j %u %T"], capture_output=True, text=True, timeout=30)
     user = os.environ.get("AUTORESEARCH_SLURM_USER", "arslurm")
     return [line for line in out.stdout.splitlines() if f" {user} " in f" {line} "]
+
+
+def preempt(cluster: str) -> None:
+    """End the Slurm allocation behind a SkyPilot cluster, as a preemption would."""
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True, timeout=30, check=True
+    )
+    ids = [line.split()[0] for line in out.stdout.splitlines() if line.split()[1].startswith(cluster + "-")]
+    assert ids, f"no Slurm allocation for {cluster}: {out.stdout}"
+    subprocess.run(["scancel", *ids], check=True, timeout=30)

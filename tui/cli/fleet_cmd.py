@@ -72,7 +72,11 @@ def _describe(worker: dict[str, Any], stamp: float) -> dict[str, Any]:
         "name": worker["name"],
         "backend": worker["backend"],
         "status": worker["status"],
-        "phase": "downing" if teardown == "pending" else meta.get("phase") or worker["status"],
+        "phase": "downing"
+        if teardown == "pending"
+        else f"experiment {meta.get('experiment')}"
+        if worker["status"] == "busy" and meta.get("experiment")
+        else meta.get("phase") or worker["status"],
         "teardown": teardown,
         "noise": worker["noise"],
         "price_per_hour": worker["price_per_hour"],
