@@ -42,22 +42,11 @@ def run(
     """Run one git command against the repository; stdout back, failures as one-line UserError.
 
     `env` adds variables to the environment (a temporary index, author and dates)."""
-    import os
-    import subprocess
-
-    result = subprocess.run(
-        ["git", "--git-dir", str(repo.git_dir), *args],
-        cwd=repo.working_tree_dir or repo.git_dir,
-        input=input_text,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        env={**os.environ, **env} if env else None,
-    )
-    if result.returncode != 0:
-        detail = result.stderr.strip().splitlines()
-        raise UserError(f"git {args[0]}: {detail[-1] if detail else f'exit {result.returncode}'}")
-    return result.stdout
+    code, out, err = _git(repo, *args, input_text=input_text, env=env)
+    if code != 0:
+        detail = err.strip().splitlines()
+        raise UserError(f"git {args[0]}: {detail[-1] if detail else f'exit {code}'}")
+    return out
 
 
 def resolve(repo: git.Repo, ref: str) -> str:
@@ -177,7 +166,7 @@ def parse_trailers(message: str) -> list[tuple[str, str]]:
 
 
 def _git(
-    repo: git.Repo, *args: str, input_text: str | None = None, env: dict[str, str] | None = None
+    repo: git.Repo, *args: str, input_text: str | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[int, str, str]:
     """Run git and return (exit code, stdout, stderr) for callers that need the whole error text."""
     import os

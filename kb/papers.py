@@ -500,8 +500,15 @@ def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200
 # --- storing --------------------------------------------------------------------------------------
 
 
-def _describe(row: dict[str, Any]) -> str:
-    return f"paper {row['id']}: {row['title']}"
+def _already_there(location: str, label: str, found: dict[str, Any], notes: list[str]) -> PaperResult:
+    return PaperResult(
+        location,
+        "exists",
+        f"{label}: already in the knowledge base (paper {found['id']}: {found['title']})",
+        source_id=found["id"],
+        title=found["title"],
+        notes=notes,
+    )
 
 
 def _existing(
@@ -542,13 +549,7 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
         label = str(path)
     found = _existing(db, urls=[given, location], arxiv_id=arxiv.id if arxiv else None)
     if found:
-        return PaperResult(
-            location,
-            "exists",
-            f"{label}: already in the knowledge base ({_describe(found)})",
-            source_id=found["id"],
-            title=found["title"],
-        )
+        return _already_there(location, label, found, [])
     if arxiv:
         fetch_url = arxiv.html_url(settings.arxiv_base)
         try:
@@ -580,14 +581,7 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
             content_hash=extracted.content_hash,
         )
         if found:
-            return PaperResult(
-                location,
-                "exists",
-                f"{label}: already in the knowledge base ({_describe(found)})",
-                source_id=found["id"],
-                title=found["title"],
-                notes=notes,
-            )
+            return _already_there(location, label, found, notes)
         source_id = insert(
             db,
             "sources",

@@ -27,6 +27,7 @@ come from the measurements of the code.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -94,6 +95,14 @@ samples of three cost a third less than three of five, for about the same noise.
 DEMO_TIMEOUTS = {"build": 180, "bench": 60, "check": 180}
 DEMO_BUDGET_MINUTES = 15.0
 """A safety net only: the demo takes 1.5 to 3 minutes on 2 cores."""
+DEMO_INVENTORY: dict[str, Any] = {
+    "target_backend": "cpu",
+    "backends_root": "src",
+    "backend_dir_pattern": r"backend-(?P<name>[\w-]+)",
+    "rules": [{"call": ["demo_can_fuse"], "op_prefix": "OP_"}],
+}
+"""How the fusion inventory reads the demo target: backends under src/backend-*, fusions where
+`demo_can_fuse` names OP_* ops."""
 
 
 @dataclass
@@ -215,14 +224,7 @@ def demo_config(
         "fleet": {"backend": "local", "parallel": parallel, "wave_size": DEMO_WAVE_SIZE},
         "timeouts": dict(DEMO_TIMEOUTS),
         "budget": {"minutes": DEMO_BUDGET_MINUTES},
-        "kb": {
-            "inventory": {
-                "target_backend": "cpu",
-                "backends_root": "src",
-                "backend_dir_pattern": r"backend-(?P<name>[\w-]+)",
-                "rules": [{"call": ["demo_can_fuse"], "op_prefix": "OP_"}],
-            }
-        },
+        "kb": {"inventory": copy.deepcopy(DEMO_INVENTORY)},
     }
     if model:
         config["llm"] = {"model": model, **({"api_base": api_base} if api_base else {})}

@@ -38,7 +38,8 @@ FINISHED_STATUSES = (
 DECIDED_STATUSES = ("kept", "discarded", "inconclusive")
 
 
-def _json(text: Any) -> Any:
+def parse_json(text: Any) -> Any:
+    """A JSON column's value: None for NULL, empty or unreadable text; non-text as it is."""
     if text is None or text == "":
         return None
     if not isinstance(text, str):
@@ -144,8 +145,8 @@ class DecisionInfo:
             q_value=_finite(row["q_value"]),
             noise=_finite(row["noise"]),
             reason=row["reason"],
-            policy=_json(row["policy"]) or {},
-            metrics=_json(row["metrics"]) or {},
+            policy=parse_json(row["policy"]) or {},
+            metrics=parse_json(row["metrics"]) or {},
             is_final=bool(row["is_final"]),
             origin=row.get("origin") or "runner",
             created_at=row["created_at"],
@@ -298,12 +299,12 @@ def _run(row: dict[str, Any]) -> RunInfo:
         baseline_commit=row["baseline_commit"],
         head_commit=row["head_commit"],
         backend=row["backend"],
-        policy=_json(row["policy"]) or {},
-        budget=_json(row["budget"]) or {},
-        options=_json(row["options"]) or {},
+        policy=parse_json(row["policy"]) or {},
+        budget=parse_json(row["budget"]) or {},
+        options=parse_json(row["options"]) or {},
         noise_floor=_finite(row["noise_floor"]),
-        self_test=_json(row["self_test"]),
-        summary=_json(row["summary"]),
+        self_test=parse_json(row["self_test"]),
+        summary=parse_json(row["summary"]),
         cost_usd=row["cost_usd"] or 0.0,
         error=row["error"],
         imported_from=row["imported_from"],
@@ -384,16 +385,22 @@ WHERE d.origin != 'redecide' AND d.id = (
 """
 
 
-def _latest_decisions(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionInfo]:
-    if not experiment_ids:
-        return {}
-    out: dict[int, DecisionInfo] = {}
+def latest_decision_rows(
+    db: sqlite_utils.Database, experiment_ids: Sequence[int]
+) -> dict[int, dict[str, Any]]:
+    """The runner's last word on each experiment (see the module doc), as raw `decisions` rows
+    keyed by experiment id; experiments without one are left out."""
+    out: dict[int, dict[str, Any]] = {}
     for start in range(0, len(experiment_ids), 500):  # SQLite caps bound parameters
         chunk = list(experiment_ids[start : start + 500])
         marks = ", ".join("?" for _ in chunk)
         for row in rows(db, _LATEST_DECISIONS_SQL + f" AND d.experiment_id IN ({marks})", chunk):
-            out[row["experiment_id"]] = DecisionInfo.from_row(row)
+            out[row["experiment_id"]] = row
     return out
+
+
+def _latest_decisions(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionInfo]:
+    return {eid: DecisionInfo.from_row(r) for eid, r in latest_decision_rows(db, experiment_ids).items()}
 
 
 def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int, tuple[str, ...]]:
@@ -402,10 +409,13 @@ def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int
     return {hid: tuple(source_refs(db, hid)) for hid in ids}
 
 
-def _experiments(db: sqlite_utils.Database, where: str, params: Sequence[Any]) -> list[ExperimentInfo]:
+def _experiments(
+    db: sqlite_utils.Database, where: str, params: Sequence[Any], *, with_sources: bool = True
+) -> list[ExperimentInfo]:
     found = rows(db, _EXPERIMENT_SQL + f" WHERE {where} ORDER BY e.id", list(params))
     decisions = _latest_decisions(db, [r["id"] for r in found])
-    sources = _sources_by_hypothesis(db, {r["hyp_id"] for r in found if r["hyp_id"] is not None})
+    hyp_ids = {r["hyp_id"] for r in found if r["hyp_id"] is not None}
+    sources = _sources_by_hypothesis(db, hyp_ids) if with_sources else {}
     return [
         ExperimentInfo(
             id=r["id"],
@@ -427,7 +437,7 @@ def _experiments(db: sqlite_utils.Database, where: str, params: Sequence[Any]) -
             log_dir=r["log_dir"],
             batches=r["batches"],
             cost_usd=r["cost_usd"] or 0.0,
-            meta=_json(r["meta"]) or {},
+            meta=parse_json(r["meta"]) or {},
             created_at=r["created_at"],
             started_at=r["started_at"],
             ended_at=r["ended_at"],
@@ -462,6 +472,25 @@ def experiments(
             clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
             params.extend(values)
     return _experiments(db, " AND ".join(clauses), params)
+
+
+def experiment_count(db: sqlite_utils.Database, run_id: int) -> int:
+    found = one(db, "SELECT count(*) AS n FROM experiments WHERE run_id = ?", [run_id])
+    return int(found["n"]) if found else 0
+
+
+def experiments_page(
+    db: sqlite_utils.Database, run_id: int, offset: int, limit: int, *, with_sources: bool = False
+) -> list[ExperimentInfo]:
+    """A run's experiments `offset` to `offset + limit` in id order, for tables that page.
+
+    `sources` stay empty unless asked for: they take queries per hypothesis."""
+    return _experiments(
+        db,
+        "e.id IN (SELECT id FROM experiments WHERE run_id = ? ORDER BY id LIMIT ? OFFSET ?)",
+        [run_id, limit, offset],
+        with_sources=with_sources,
+    )
 
 
 def experiment(db: sqlite_utils.Database, experiment_id: int) -> ExperimentInfo:
@@ -559,7 +588,7 @@ def events(
             run_id=r["run_id"],
             experiment_id=r["experiment_id"],
             message=r["message"],
-            data=_json(r["data"]),
+            data=parse_json(r["data"]),
         )
         for r in found
     ]

@@ -29,7 +29,7 @@ from typing import Any
 import sqlite_utils
 
 from kb.db import insert, log_event, now, one, rows, transaction
-from kb.errors import UserError
+from kb.errors import UserError, read_text
 
 STATUS_MAP = {"keep": "kept", "discard": "discarded", "crash": "crashed", "checks_failed": "checks_failed"}
 VERDICT_MAP = {"keep": "keep", "discard": "discard"}
@@ -124,14 +124,7 @@ def _check_run(path: Path, number: int, data: dict[str, Any]) -> None:
 
 def parse(path: Path) -> list[_Segment]:
     """Read and check the whole log (no database access). Raises UserError on the first bad line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_text(path)
     segments: list[_Segment] = []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():

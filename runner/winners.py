@@ -24,6 +24,7 @@ import sqlite_utils
 
 from kb.db import insert, log_event, one, rows, transaction, update
 from kb.errors import UserError
+from runner.history import FINISHED_STATUSES, latest_decision_rows, parse_json
 
 if TYPE_CHECKING:
     import git
@@ -41,16 +42,7 @@ TRAILER_SOURCE = "Autoresearch-Source"
 TRAILER_RESULT = "Result"
 
 # An experiment in one of these states was not kept, whatever decisions it recorded.
-_NOT_KEPT = (
-    "queued",
-    "discarded",
-    "inconclusive",
-    "checks_failed",
-    "crashed",
-    "refused",
-    "cancelled",
-    "lost",
-)
+_NOT_KEPT = ("queued", *(s for s in FINISHED_STATUSES if s != "kept"))
 
 
 @dataclass(frozen=True)
@@ -77,17 +69,6 @@ class WinnerRecord:
 
 
 # --- source refs -------------------------------------------------------------------------------
-
-
-def _json(text: Any) -> Any:
-    if text is None or text == "":
-        return None
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 def _one_line(text: str) -> str:
@@ -132,14 +113,14 @@ def _evidence_refs(ev: dict[str, Any]) -> list[str]:
 
 def _location(ev: dict[str, Any]) -> str:
     """Where to look: URL with section, repo@sha with files, or file:line@sha."""
-    meta = _json(ev["meta"]) or {}
+    meta = parse_json(ev["meta"]) or {}
     if ev["kind"] == "passage":
         url = ev["canonical_url"] or ev["source_url"] or ""
         where = f" section {ev['section']!r}" if ev["section"] else ""
         return f"{url}{where} passage {ev['ref']}".strip()
     if ev["kind"] == "commit":
         repo = ev["canonical_url"] or ev["source_url"] or ev["source_name"] or ""
-        files = _json(ev["commit_files"]) or []
+        files = parse_json(ev["commit_files"]) or []
         shown = f" ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" if files else ""
         return f"{repo}@{ev['commit_sha'] or ev['ref']}{shown}"
     if ev["fusion_file"]:
@@ -233,12 +214,7 @@ def _keep_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, A
 
 def _final_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
     """The runner's last word on an experiment: its final decision, else its latest one."""
-    return one(
-        db,
-        """SELECT * FROM decisions WHERE experiment_id = ? AND origin IN ('runner', 'import')
-           ORDER BY is_final DESC, id DESC LIMIT 1""",
-        [experiment_id],
-    )
+    return latest_decision_rows(db, [experiment_id]).get(experiment_id)
 
 
 def _chain(db: sqlite_utils.Database, experiment_id: int, *, keep: bool = False) -> _Chain:
@@ -258,7 +234,7 @@ def _chain(db: sqlite_utils.Database, experiment_id: int, *, keep: bool = False)
 
 def _result(chain: _Chain) -> dict[str, Any]:
     d = chain.decision or {}
-    policy = _json(d.get("policy")) or _json(chain.run["policy"]) or {}
+    policy = parse_json(d.get("policy")) or parse_json(chain.run["policy"]) or {}
 
     def num(x: Any) -> float | None:
         return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
@@ -272,7 +248,7 @@ def _result(chain: _Chain) -> dict[str, Any]:
         "p": num(d.get("p_value")),
         "q": num(d.get("q_value")),
         "noise": num(d.get("noise")),
-        "metrics": _json(d.get("metrics")) or {},
+        "metrics": parse_json(d.get("metrics")) or {},
     }
 
 
@@ -619,7 +595,7 @@ def provenance(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any]:
         if patch is None
         else {
             "id": patch["id"],
-            "files": _json(patch["files"]) or [],
+            "files": parse_json(patch["files"]) or [],
             "author_kind": patch["author_kind"],
             "author": patch["author"],
             "diff_sha": patch["diff_sha"],

@@ -576,6 +576,21 @@ class HypothesisDetail:
     experiments: list[HypothesisExperiment] = field(default_factory=list)
 
 
+def _patch_info(p: dict[str, Any] | None) -> PatchInfo | None:
+    if p is None:
+        return None
+    files = _json(p["files"])
+    return PatchInfo(
+        p["id"],
+        p["diff"],
+        [str(f) for f in files] if isinstance(files, list) else [],
+        p["author_kind"],
+        p["author"],
+        p["apply_status"],
+        p["apply_error"],
+    )
+
+
 _HYP_SQL = """
 SELECT h.id, h.title, h.status, h.priority, h.origin, h.expected_effect,
     (SELECT x.status FROM experiments x
@@ -621,6 +636,8 @@ def hypotheses(
 
 
 def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetail:
+    from runner import history
+
     r = one(db, _HYP_SQL + " WHERE h.id = ?", [hypothesis_id])
     if r is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
@@ -644,32 +661,23 @@ def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetai
             db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY ref", [hypothesis_id]
         )
     ]
-    p = one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
-    patch = None
-    if p is not None:
-        files = _json(p["files"])
-        patch = PatchInfo(
-            p["id"],
-            p["diff"],
-            [str(f) for f in files] if isinstance(files, list) else [],
-            p["author_kind"],
-            p["author"],
-            p["apply_status"],
-            p["apply_error"],
-        )
+    patch = _patch_info(
+        one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
+    )
+    found = rows(
+        db,
+        """SELECT x.id, r.name AS run, x.status
+           FROM experiments x JOIN runs r ON r.id = x.run_id
+           WHERE x.hypothesis_id = ? OR x.patch_id IN (SELECT id FROM patches WHERE hypothesis_id = ?)
+           ORDER BY x.id DESC LIMIT 20""",
+        [hypothesis_id, hypothesis_id],
+    )
+    latest = history.latest_decision_rows(db, [x["id"] for x in found])
     exps = [
-        HypothesisExperiment(x["id"], x["run"], x["status"], x["effect"])
-        for x in rows(
-            db,
-            """SELECT x.id, r.name AS run, x.status,
-                      (SELECT d.effect FROM decisions d
-                       WHERE d.experiment_id = x.id AND d.origin != 'redecide'
-                       ORDER BY d.is_final DESC, d.id DESC LIMIT 1) AS effect
-               FROM experiments x JOIN runs r ON r.id = x.run_id
-               WHERE x.hypothesis_id = ? OR x.patch_id IN (SELECT id FROM patches WHERE hypothesis_id = ?)
-               ORDER BY x.id DESC LIMIT 20""",
-            [hypothesis_id, hypothesis_id],
+        HypothesisExperiment(
+            x["id"], x["run"], x["status"], latest[x["id"]]["effect"] if x["id"] in latest else None
         )
+        for x in found
     ]
     return HypothesisDetail(
         row=_hyp_row(r),
@@ -1051,49 +1059,31 @@ def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
     return history.waves(db, run_id)
 
 
-def _finite(x: Any) -> float | None:
-    import math
-
-    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
-
-
 def run_experiments(
     db: sqlite_utils.Database, run_id: int, offset: int = 0, limit: int = PAGE_SIZE
 ) -> Page[ExperimentRow]:
-    """A page of a run's experiments with the runner's decision (as runner.history, paged)."""
-    total = _count(db, "SELECT count(*) FROM experiments WHERE run_id = ?", [run_id])
+    """A page of a run's experiments with the runner's decision (runner.history, paged)."""
+    from runner import history
+
+    total = history.experiment_count(db, run_id)
     offset = clamp_offset(offset, total, limit)
-    found = rows(
-        db,
-        """SELECT e.id, w.number AS wave, e.kind, e.title, e.status, e.reason,
-                  d.verdict, d.effect, d.ci_low, d.ci_high, d.pairs,
-                  EXISTS (SELECT 1 FROM winners x WHERE x.experiment_id = e.id) AS winner
-           FROM (SELECT id FROM experiments WHERE run_id = ? ORDER BY id LIMIT ? OFFSET ?) page
-           JOIN experiments e ON e.id = page.id
-           LEFT JOIN waves w ON w.id = e.wave_id
-           LEFT JOIN decisions d ON d.id = (
-               SELECT d2.id FROM decisions d2 WHERE d2.experiment_id = e.id AND d2.origin != 'redecide'
-               ORDER BY d2.is_final DESC, d2.id DESC LIMIT 1)
-           ORDER BY e.id""",
-        [run_id, limit, offset],
-    )
     return Page(
         [
             ExperimentRow(
-                id=r["id"],
-                wave=r["wave"],
-                kind=r["kind"],
-                title=r["title"],
-                status=r["status"],
-                reason=r["reason"],
-                verdict=r["verdict"],
-                effect=_finite(r["effect"]),
-                ci_low=_finite(r["ci_low"]),
-                ci_high=_finite(r["ci_high"]),
-                pairs=r["pairs"] or 0,
-                winner=bool(r["winner"]),
+                id=e.id,
+                wave=e.wave,
+                kind=e.kind,
+                title=e.title,
+                status=e.status,
+                reason=e.reason,
+                verdict=e.decision.verdict if e.decision else None,
+                effect=e.effect,
+                ci_low=e.ci[0],
+                ci_high=e.ci[1],
+                pairs=e.pairs,
+                winner=e.winner_commit is not None,
             )
-            for r in found
+            for e in history.experiments_page(db, run_id, offset, limit)
         ],
         offset,
         limit,
@@ -1168,18 +1158,7 @@ def experiment_detail(db: sqlite_utils.Database, experiment_id: int) -> Experime
     info = history.experiment(db, experiment_id)
     patch = None
     if info.patch_id is not None:
-        p = one(db, "SELECT * FROM patches WHERE id = ?", [info.patch_id])
-        if p is not None:
-            files = _json(p["files"])
-            patch = PatchInfo(
-                p["id"],
-                p["diff"],
-                [str(f) for f in files] if isinstance(files, list) else [],
-                p["author_kind"],
-                p["author"],
-                p["apply_status"],
-                p["apply_error"],
-            )
+        patch = _patch_info(one(db, "SELECT * FROM patches WHERE id = ?", [info.patch_id]))
     return ExperimentDetail(
         info=info,
         decisions=history.decisions(db, experiment_id, include_redecide=False),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.runner.fixtures import HistoryFixture, build_history, finished_history
+from tests.runner.fixtures import EXPERIMENT_JSON_FIELDS, HistoryFixture, build_history, finished_history
 from tui.cli import main
 
 __all__ = ["finished_history"]  # a pytest fixture, imported to be used here
@@ -51,17 +51,7 @@ def test_history_json_carries_the_required_fields(finished_history: HistoryFixtu
     assert result.exit_code == 0
     (run,) = json.loads(result.output)["runs"]
     for exp in run["experiments"]:
-        assert {
-            "id",
-            "title",
-            "status",
-            "effect",
-            "ci",
-            "pairs",
-            "hypothesis",
-            "sources",
-            "log_dir",
-        } <= exp.keys()
+        assert exp.keys() >= EXPERIMENT_JSON_FIELDS
         assert isinstance(exp["samples"], list)
     everything = json.loads(invoke(h, "history", "--json").output)
     assert [r["name"] for r in everything["runs"]] == ["r1"]

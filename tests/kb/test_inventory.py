@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from kb.config import InventoryRule, InventorySettings
 from kb.inventory import Inventory, scan_path
 from kb.inventory_scan import DEFAULT_VIEW_OPS, normalise
+from runner.demo import DEMO_INVENTORY
 from tests.conftest import make_repo
 from tui.cli import main
 
@@ -428,16 +429,7 @@ def test_config_rules_read_a_demo_shaped_tree(tmp_path: Path) -> None:
         scan_path(tree, InventorySettings())
 
 
-DEMO_CONFIG = {
-    "kb": {
-        "inventory": {
-            "target_backend": "cpu",
-            "backends_root": "src",
-            "backend_dir_pattern": r"backend-(?P<name>[\w-]+)",
-            "rules": [{"call": ["demo_can_fuse"], "op_prefix": "OP_"}],
-        }
-    }
-}
+DEMO_CONFIG = {"kb": {"inventory": DEMO_INVENTORY}}
 
 
 def test_workspace_config_rules_survive_the_toml_round_trip(tmp_path: Path) -> None:

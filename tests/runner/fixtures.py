@@ -41,7 +41,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlite_utils
@@ -49,6 +49,9 @@ import sqlite_utils
 from kb.db import insert, log_event, transaction, update
 from kb.workspace import Workspace
 from runner.winners import WinnerRecord
+
+if TYPE_CHECKING:
+    from runner.stats import Decision
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: every timestamp of the fixture counts from here
 METRIC = "tg"
@@ -71,6 +74,10 @@ FORK_SHA = "3f1c2a9b7d5e4c3b2a190817263544536271809a"
 PAPER_URL = "https://arxiv.org/abs/2401.01234"
 FORK_URL = "https://github.com/ikawrakow/ik_llama.cpp"
 BLOG_URL = "https://example.org/blog/prefetching"
+#: What every experiment in `history --json` carries at least (DESIGN: history JSON).
+EXPERIMENT_JSON_FIELDS = frozenset(
+    {"id", "title", "status", "effect", "ci", "pairs", "hypothesis", "sources", "log_dir"}
+)
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "Target Author",
@@ -467,6 +474,40 @@ def _store_samples(
                     )
 
 
+def _insert_decision(
+    db: sqlite_utils.Database,
+    eid: int,
+    d: Decision,
+    *,
+    is_final: bool,
+    created_at: float,
+    metrics: dict[str, Any] | None = None,
+) -> None:
+    """One look of the runner's sequential test on the primary metric, as the loop stores it."""
+    insert(
+        db,
+        "decisions",
+        {
+            "experiment_id": eid,
+            "verdict": d.verdict,
+            "metric": METRIC,
+            "effect": d.effect,
+            "ci_low": d.ci_low,
+            "ci_high": d.ci_high,
+            "pairs": d.pairs,
+            "p_value": d.p_value,
+            "q_value": d.q_value,
+            "noise": d.noise,
+            "reason": d.reason,
+            "policy": POLICY,
+            **({"metrics": metrics} if metrics is not None else {}),
+            "is_final": int(is_final),
+            "origin": "runner",
+            "created_at": created_at,
+        },
+    )
+
+
 def _decide_wave(
     db: sqlite_utils.Database,
     labels: list[str],
@@ -499,33 +540,14 @@ def _decide_wave(
         pp_a, pp_b = _medians(raws[label][: final.pairs], SECONDARY)
         for i, d in enumerate(steps):
             stamp = start + d.pairs * 6 + 1
-            insert(
-                db,
-                "decisions",
-                {
-                    "experiment_id": eid,
-                    "verdict": d.verdict,
-                    "metric": METRIC,
-                    "effect": d.effect,
-                    "ci_low": d.ci_low,
-                    "ci_high": d.ci_high,
-                    "pairs": d.pairs,
-                    "p_value": d.p_value,
-                    "q_value": d.q_value,
-                    "noise": d.noise,
-                    "reason": d.reason,
-                    "policy": POLICY,
-                    "metrics": {
-                        SECONDARY: {
-                            "baseline": sorted(pp_a)[len(pp_a) // 2],
-                            "candidate": sorted(pp_b)[len(pp_b) // 2],
-                        }
-                    },
-                    "is_final": int(i == len(steps) - 1 and label != live_label),
-                    "origin": "runner",
-                    "created_at": stamp,
-                },
-            )
+            secondary = {
+                SECONDARY: {
+                    "baseline": sorted(pp_a)[len(pp_a) // 2],
+                    "candidate": sorted(pp_b)[len(pp_b) // 2],
+                }
+            }
+            final_look = i == len(steps) - 1 and label != live_label
+            _insert_decision(db, eid, d, is_final=final_look, created_at=stamp, metrics=secondary)
         ends[label] = (start + final.pairs * 6 + 2, final.pairs)
     return ends
 
@@ -961,27 +983,7 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
             h.exp[label] = eid
             _store_samples(db, eid, raw, at + i * 200)
             d = decide_paired(*_medians(raw, METRIC), policy, final=True)
-            insert(
-                db,
-                "decisions",
-                {
-                    "experiment_id": eid,
-                    "verdict": d.verdict,
-                    "metric": METRIC,
-                    "effect": d.effect,
-                    "ci_low": d.ci_low,
-                    "ci_high": d.ci_high,
-                    "pairs": d.pairs,
-                    "p_value": d.p_value,
-                    "q_value": d.q_value,
-                    "noise": d.noise,
-                    "reason": d.reason,
-                    "policy": POLICY,
-                    "is_final": 1,
-                    "origin": "runner",
-                    "created_at": at + i * 200 + 100,
-                },
-            )
+            _insert_decision(db, eid, d, is_final=True, created_at=at + i * 200 + 100)
             entry = {
                 "experiment": eid,
                 "status": "kept",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -14,20 +15,16 @@ from kb.migrations import migrate
 from runner import history
 from runner.redecide import redecide, replay_wave
 from runner.stats import Policy
-from tests.runner.fixtures import BLOG_URL, HistoryFixture, add_run, build_history, finished_history
+from tests.runner.fixtures import (
+    BLOG_URL,
+    EXPERIMENT_JSON_FIELDS,
+    HistoryFixture,
+    add_run,
+    build_history,
+    finished_history,
+)
 
 __all__ = ["finished_history"]  # a pytest fixture, imported to be used here
-
-ALL_STATUSES = {
-    "kept",
-    "discarded",
-    "inconclusive",
-    "checks_failed",
-    "crashed",
-    "refused",
-    "cancelled",
-    "lost",
-}
 
 
 def test_runs_waves_and_lookup(finished_history: HistoryFixture) -> None:
@@ -54,7 +51,7 @@ def test_experiments_carry_decision_hypothesis_sources_and_winner(finished_histo
     h = finished_history
     db = h.db()
     exps = {e.id: e for e in history.experiments(db, h.run_id)}
-    assert {e.status for e in exps.values()} == ALL_STATUSES
+    assert {e.status for e in exps.values()} == set(history.FINISHED_STATUSES)  # one of each
     fuse = exps[h.exp["fuse"]]
     assert (fuse.status, fuse.wave, fuse.pairs, fuse.decision and fuse.decision.verdict) == (
         "kept",
@@ -89,24 +86,30 @@ def test_experiments_carry_decision_hypothesis_sources_and_winner(finished_histo
         history.experiment(db, 999)
 
 
+def test_a_page_of_experiments_is_a_slice_of_the_whole_list(finished_history: HistoryFixture) -> None:
+    h = finished_history
+    db = h.db()
+    everything = history.experiments(db, h.run_id)
+    assert history.experiment_count(db, h.run_id) == len(everything) == 16
+    page = history.experiments_page(db, h.run_id, 5, 4)
+    assert page == [dataclasses.replace(e, sources=()) for e in everything[5:9]]
+    assert history.experiments_page(db, h.run_id, 12, 10, with_sources=True) == everything[12:]
+    assert history.experiments_page(db, h.run_id, 16, 4) == []
+    assert history.experiment_count(db, h.run_id + 1) == 0
+    # The runner's last word as raw rows: the same decisions the experiments carry.
+    latest = history.latest_decision_rows(db, [e.id for e in everything])
+    assert {k: history.DecisionInfo.from_row(r) for k, r in latest.items()} == {
+        e.id: e.decision for e in everything if e.decision is not None
+    }
+
+
 def test_history_json_has_every_required_field_and_raw_samples(finished_history: HistoryFixture) -> None:
     h = finished_history
     db = h.db()
     data = json.loads(json.dumps(history.history_json(db)))  # JSON-serialisable as is
     (run,) = data["runs"]
     assert run["name"] == "r1" and len(run["waves"]) == 2 and len(run["winners"]) == 2
-    required = {
-        "id",
-        "title",
-        "status",
-        "effect",
-        "ci",
-        "pairs",
-        "hypothesis",
-        "sources",
-        "log_dir",
-        "samples",
-    }
+    required = EXPERIMENT_JSON_FIELDS | {"samples"}
     for exp in run["experiments"]:
         assert required <= exp.keys()
         assert Path(exp["log_dir"]).is_dir() and (Path(exp["log_dir"]) / "bench.log").exists()

@@ -10,6 +10,7 @@ import pytest
 
 from kb import gitrepo
 from kb.db import one, rows, update
+from runner.demo import DEMO_INVENTORY
 from runner.miners import claimed_effect, mine
 from runner.priority import priority
 from tests.runner.research_support import make_target, make_workspace, seed_kb
@@ -152,12 +153,6 @@ def test_priority() -> None:
 
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
-DEMO_INVENTORY = {
-    "target_backend": "cpu",
-    "backends_root": "src",
-    "backend_dir_pattern": r"backend-(?P<name>[\w-]+)",
-    "rules": [{"call": ["demo_can_fuse"], "op_prefix": "OP_"}],
-}
 
 
 def test_miners_on_the_demo_through_the_kb_ingestion_modules(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from kb.errors import UserError
+from kb.errors import UserError, read_text
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
@@ -125,14 +125,7 @@ def cli(
 
 def read_numbers(path: Path) -> list[float]:
     """Positive numbers, one a line; blank lines ignored; anything else names its line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
+    text = read_text(path)
     values: list[float] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         token = line.strip()
@@ -187,14 +180,7 @@ def _read_batch(
     single_look: bool,
 ) -> tuple[dict[int, Case], dict[int, Any]]:
     """Cases keyed by line number, and the ids the lines gave. CLI options are the defaults."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
+    text = read_text(path)
     cases: dict[int, Case] = {}
     ids: dict[int, Any] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
