@@ -771,6 +771,8 @@ class WorkerRow:
     cost_usd: float
     experiment_id: int | None
     experiment: str | None
+    phase: str | None = None
+    """What a cluster is doing (launching, qualifying, downing, ...): the SkyPilot fleet's meta."""
 
 
 @dataclass(frozen=True)
@@ -850,6 +852,16 @@ def run_status(db: sqlite_utils.Database, run_id: int | None = None) -> RunStatu
     return None if chosen is None else _run_status(db, chosen)
 
 
+def _worker_phase(row: dict[str, Any]) -> str | None:
+    try:
+        meta = json.loads(row["meta"]) if row["meta"] else {}
+    except ValueError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    return "downing" if meta.get("teardown") == "pending" else meta.get("phase")
+
+
 def fleet(db: sqlite_utils.Database, run_id: int | None = None, *, finished: int = 30) -> FleetSnapshot:
     """Workers and experiments of the current run (or `run_id`), for the live fleet pane."""
     stamp = version(db)
@@ -866,6 +878,7 @@ def fleet(db: sqlite_utils.Database, run_id: int | None = None, *, finished: int
             r["cost_usd"] or 0.0,
             r["exp_id"],
             r["exp_title"],
+            _worker_phase(r),
         )
         for r in rows(
             db,

@@ -92,7 +92,8 @@ class FleetScreen(AppScreen):
         keep = workers.cursor_row
         workers.clear(columns=True)
         for label, width in fit_columns(
-            [("Worker", 14), ("Backend", 8), ("Status", 12), ("Noise", 6), ("Experiment", None)],
+            [("Worker", 12), ("Backend", 8), ("Status", 10), ("Phase", 9), ("Noise", 6), ("Cost", 6),
+             ("Experiment", None)],
             self.size.width or self.app.size.width,
         ):
             workers.add_column(label, width=width, key=label)
@@ -101,7 +102,9 @@ class FleetScreen(AppScreen):
                 cell(wk.name),
                 cell(wk.backend),
                 status_cell(wk.status),
+                cell(wk.phase or "-"),
                 right(f"{wk.noise:.1%}" if wk.noise is not None else "-"),
+                right(f"${wk.cost_usd:.2f}" if wk.cost_usd else "-"),
                 cell(f"#{wk.experiment_id} {wk.experiment}" if wk.experiment_id else "-"),
                 key=str(wk.id),
             )
