@@ -64,8 +64,9 @@ for row in rows:
     key = (int(row["n_prompt"]), int(row["n_gen"]))
     if key not in wanted:
         fail(f"unexpected result row n_prompt={key[0]} n_gen={key[1]} (expected {sorted(wanted)})")
+    # an int in llama-bench JSON (-1 auto, 0 off, 1 on; a bool in older versions): auto is not 1
     got_fa = row.get("flash_attn", fa)
-    if int(bool(got_fa)) != fa:
+    if int(got_fa) != fa:
         fail(f"row {key} ran with flash_attn={got_fa}, expected {fa}")
     if key in found:
         fail(f"two result rows for n_prompt={key[0]} n_gen={key[1]}")

@@ -3,6 +3,7 @@ two rows, rows in any order, a missing field, rows of other lengths)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -69,4 +70,41 @@ def test_fails_loudly_instead_of_misreporting(fixture: str, env: dict[str, str],
     result = bench(fixture, **env)
     assert result.returncode != 0
     assert message in result.stderr
+    assert "METRIC" not in result.stdout
+
+
+# Real llama-bench output (this tree's build, Gemma 3 270M Q4_K_M, -p 128 -n 32 -r 3 -t 2, -o json),
+# recorded on the shared 2-core machine: the spread of the samples is real contention.
+@pytest.mark.parametrize(("fixture", "fa"), [
+    ("real_fa0_pp128_tg32.json", "0"),
+    ("real_fa1_pp128_tg32.json", "1"),
+])
+def test_real_recordings_give_every_sample_of_the_right_row(fixture: str, fa: str) -> None:
+    rows = json.loads((FIXTURES / fixture).read_text())
+    by_key = {(row["n_prompt"], row["n_gen"]): row for row in rows}
+    assert all(row["flash_attn"] == int(fa) for row in rows)
+    result = bench(fixture, AR_PROMPT="128", AR_GEN="32", AR_FA=fa)
+    assert result.returncode == 0, result.stderr
+    assert metric_values(result.stdout, "pp") == pytest.approx(by_key[(128, 0)]["samples_ts"], abs=1e-4)
+    assert metric_values(result.stdout, "tg") == pytest.approx(by_key[(0, 32)]["samples_ts"], abs=1e-4)
+    # and with the published defaults (-p 512 -n 128) the same recording is refused, not misread
+    assert bench(fixture, AR_FA=fa).returncode != 0
+
+
+def test_real_recording_with_the_other_fa_setting_is_refused() -> None:
+    result = bench("real_fa1_pp128_tg32.json", AR_PROMPT="128", AR_GEN="32", AR_FA="0")
+    assert result.returncode != 0
+    assert "flash_attn=1, expected 0" in result.stderr
+
+
+def test_auto_flash_attention_is_not_taken_for_on(tmp_path: Path) -> None:
+    # llama-bench writes flash_attn as an int: -1 (auto) must not pass for 1
+    rows = json.loads((FIXTURES / "real_fa1_pp128_tg32.json").read_text())
+    for row in rows:
+        row["flash_attn"] = -1
+    auto = tmp_path / "auto.json"
+    auto.write_text(json.dumps(rows))
+    result = bench(str(auto), AR_PROMPT="128", AR_GEN="32", AR_FA="1")
+    assert result.returncode != 0
+    assert "flash_attn=-1, expected 1" in result.stderr
     assert "METRIC" not in result.stdout
