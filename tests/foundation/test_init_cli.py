@@ -18,10 +18,13 @@ from tui.cli import main
 EXE = [sys.executable, "-m", "tui.cli"]
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real command line, as a user runs it."""
-    return subprocess.run([*EXE, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [*EXE, *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120
+    )
 
 
 def listing(path: Path) -> list[str]:
@@ -29,15 +32,28 @@ def listing(path: Path) -> list[str]:
 
 
 def test_init_creates_a_workspace(tmp_path: Path, target_repo: Path) -> None:
-    result = cli("init", str(tmp_path / "ws"), "--target", str(target_repo), "--metric", "tg",
-                 "--direction", "higher", "--build-cmd", "make -j2", "--protect", "CMakeLists.txt")
+    result = cli(
+        "init",
+        str(tmp_path / "ws"),
+        "--target",
+        str(target_repo),
+        "--metric",
+        "tg",
+        "--direction",
+        "higher",
+        "--build-cmd",
+        "make -j2",
+        "--protect",
+        "CMakeLists.txt",
+    )
     assert result.returncode == 0, result.stderr
     ws = tmp_path / "ws"
     for name in ("autoresearch.toml", "autoresearch.db", "mirror.git", "logs", "worktrees", "patches"):
         assert (ws / name).exists(), name
     settings = load_settings(ws / "autoresearch.toml")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=target_repo, capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=target_repo, capture_output=True, text=True
+    ).stdout.strip()
     assert settings.target.baseline_commit == head
     assert settings.metric.primary == "tg"
     assert settings.target.build_cmd == "make -j2"

@@ -17,8 +17,22 @@ from kb.migrations import MIGRATIONS, applied, migrate
 def test_blank_database_gets_every_migration(tmp_path: Path) -> None:
     db = connect(tmp_path / "a.db")
     assert applied(db) == {fn.__name__ for fn in MIGRATIONS}
-    assert {"sources", "evidence", "hypotheses", "patches", "runs", "waves", "experiments", "samples",
-            "decisions", "llm_calls", "events", "commands", "winners", "workers"} <= set(db.table_names())
+    assert {
+        "sources",
+        "evidence",
+        "hypotheses",
+        "patches",
+        "runs",
+        "waves",
+        "experiments",
+        "samples",
+        "decisions",
+        "llm_calls",
+        "events",
+        "commands",
+        "winners",
+        "workers",
+    } <= set(db.table_names())
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # Migrating again is a no-op.
     assert migrate(db) == []
@@ -32,11 +46,23 @@ def test_upgrade_from_previous_schema_keeps_rows(tmp_path: Path) -> None:
     assert applied(db) == {first}
     assert "evidence_fts" not in db.table_names()
     with transaction(db):
-        sid = insert(db, "sources", {"kind": "paper", "title": "Pass fusion", "created_at": 1.0,
-                                     "updated_at": 1.0, "canonical_url": "https://example.org/p"})
+        sid = insert(
+            db,
+            "sources",
+            {
+                "kind": "paper",
+                "title": "Pass fusion",
+                "created_at": 1.0,
+                "updated_at": 1.0,
+                "canonical_url": "https://example.org/p",
+            },
+        )
         for i, text in enumerate(["ggml_can_fuse joins RMS_NORM and MUL", "память и пропускная способность"]):
-            insert(db, "evidence", {"source_id": sid, "kind": "passage", "ref": str(i), "body": text,
-                                    "created_at": 1.0})
+            insert(
+                db,
+                "evidence",
+                {"source_id": sid, "kind": "passage", "ref": str(i), "body": text, "created_at": 1.0},
+            )
         hid = insert(db, "hypotheses", {"title": "fuse", "created_at": 1.0, "updated_at": 1.0})
         insert(db, "hypothesis_evidence", {"hypothesis_id": hid, "evidence_id": 1})
     db.conn.close()
@@ -105,5 +131,7 @@ def test_two_processes_share_the_file(tmp_path: Path) -> None:
 
 
 def test_schema_doc_is_current() -> None:
-    result = subprocess.run([sys.executable, "-m", "kb.schema_doc", "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "kb.schema_doc", "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
