@@ -33,9 +33,8 @@ def main() -> None:
     for argv in (["--help"], ["kb", "--help"], ["run", "--help"]):
         times = measure([exe, *argv], args.runs)
         p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
-        print(
-            f"{'autoresearch ' + ' '.join(argv):<32} {statistics.median(times) * 1000:>6.0f}ms {p95 * 1000:>6.0f}ms"
-        )
+        label = "autoresearch " + " ".join(argv)
+        print(f"{label:<32} {statistics.median(times) * 1000:>6.0f}ms {p95 * 1000:>6.0f}ms")
 
 
 if __name__ == "__main__":
