@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,36 +14,15 @@ from typing import Any
 
 import pytest
 
+from tests.fleet.slurm_support import ENV_FILE, unreachable
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scripts" / "slurm" / "smoke.py"
-STATE = Path(os.environ.get("AUTORESEARCH_SLURM_STATE", "/var/lib/autoresearch-slurm"))
-ENV_FILE = STATE / "env.sh"
-
-
-def _unreachable() -> str | None:
-    """Why the cluster cannot be used, or None when it can."""
-    if not ENV_FILE.is_file():
-        return f"{ENV_FILE} missing: run scripts/slurm/up.sh"
-    port = 2222
-    for line in ENV_FILE.read_text().split():
-        if line.startswith("AUTORESEARCH_SLURM_SSH_PORT="):
-            port = int(line.partition("=")[2])
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except OSError as exc:
-        return f"login node 127.0.0.1:{port} unreachable: {exc}"
-    try:
-        sinfo = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"sinfo failed: {exc}"
-    if sinfo.returncode != 0 or not ({"idle", "mix", "alloc"} & set(sinfo.stdout.split())):
-        return f"no usable Slurm node: {sinfo.stdout.strip() or sinfo.stderr.strip()}"
-    return None
 
 
 @pytest.fixture(scope="module")
 def slurm_env_file() -> Path:
-    reason = _unreachable()
+    reason = unreachable()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"local Slurm cluster needed under CI: {reason}")
