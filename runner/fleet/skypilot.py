@@ -1082,13 +1082,7 @@ class SkyPilotFleet(Fleet):
             state = self._request_status(request)
             if state not in REQUEST_DONE and state != "MISSING":
                 continue
-            outcome = "done"
-            try:
-                with quiet():
-                    sky.get(request)
-            except Exception as exc:  # noqa: BLE001
-                if type(exc).__name__ != "ClusterDoesNotExist":
-                    outcome = f"failed: {error_line(exc)}"
+            outcome = _down_outcome(sky, request)
             self._update_worker(row["id"], teardown=outcome, torn_down_at=now(), phase=row["status"])
             ok = outcome == "done"
             log_event(
@@ -1202,13 +1196,7 @@ def down_workers(
             state = _value(found[0].status) if found else "MISSING"
             if state not in REQUEST_DONE and state != "MISSING":
                 continue
-            outcome = "done"
-            try:
-                with quiet():
-                    sky.get(request)
-            except Exception as exc:  # noqa: BLE001
-                if type(exc).__name__ != "ClusterDoesNotExist":
-                    outcome = f"failed: {error_line(exc)}"
+            outcome = _down_outcome(sky, request)
             _set_meta(db, worker_id, teardown=outcome, torn_down_at=now())
             del requests[worker_id]
         if requests:
@@ -1239,3 +1227,14 @@ def _set_meta(db: sqlite_utils.Database, worker_id: int, **changes: Any) -> None
     meta = _meta(row["meta"] if row else None)
     meta.update(changes)
     update(db, "workers", worker_id, {"meta": meta})
+
+
+def _down_outcome(sky: Any, request: str) -> str:
+    """`done`, or `failed: <reason>`, for a finished `sky.down` request (an already gone cluster is done)."""
+    try:
+        with quiet():
+            sky.get(request)
+    except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ != "ClusterDoesNotExist":
+            return f"failed: {error_line(exc)}"
+    return "done"
