@@ -122,6 +122,13 @@ class LLMSettings(_Section):
     timeout: float = Field(120.0, gt=0.0)
     max_retries: int = Field(3, ge=0)
     temperature: float = 0.2
+    max_tokens: int | None = Field(None, ge=1)
+    """Cap on one answer's tokens (unset: the provider's default). An answer cut off at the cap is
+    invalid and asked again, then the call fails."""
+    structured_output: Literal["json_schema", "prompt"] = "json_schema"
+    """json_schema: also send the answer's schema as `response_format`, so servers that support it
+    (OpenAI, llama-server, vLLM) constrain decoding to it; litellm drops it for providers that do not.
+    prompt: only describe the schema in the system message."""
 
 
 class BudgetSettings(_Section):

@@ -5,8 +5,10 @@
   litellm reads its bundled price table instead of fetching one over the network.
 - Every attempt is a row of `llm_calls` (purpose, model, prompt, response, tokens, cost, duration, error,
   attempt), written in its own short transaction so a failure elsewhere never loses the log.
-- Answers are structured: validated against a pydantic model; an invalid answer is sent back with the
-  validation error (a couple of times), then the call fails as a whole: never half-used.
+- Answers are structured: the schema is described in the system message and, by default, sent as
+  `response_format` so servers that can (OpenAI, llama-server's grammars) constrain decoding to it. Every
+  answer is validated against the pydantic model; an invalid or cut-off answer is sent back with the
+  error (a couple of times), then the call fails as a whole: never half-used.
 - Rate limits, timeouts and connection errors are retried with exponential backoff.
 - A dollar budget (`llm.budget_usd`, summed over `llm_calls.cost_usd`) stops further calls.
 - API keys are read by litellm from the environment; they are never stored, and error texts are scrubbed
@@ -81,6 +83,8 @@ class LLMConfig:
     timeout: float = 120.0
     max_retries: int = 3
     temperature: float = 0.2
+    max_tokens: int | None = None
+    structured_output: str = "json_schema"
 
     @classmethod
     def from_settings(
@@ -99,6 +103,8 @@ class LLMConfig:
             timeout=settings.timeout,
             max_retries=settings.max_retries,
             temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
+            structured_output=settings.structured_output,
         )
 
 
@@ -182,6 +188,14 @@ def with_schema(messages: Sequence[Message], schema: type[BaseModel]) -> list[Me
     return [{"role": "system", "content": instruction}, *out]
 
 
+def response_format(schema: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAI-style `response_format` that makes a server constrain decoding to `schema`."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": False},
+    }
+
+
 def _usage(response: Any) -> tuple[int | None, int | None]:
     usage = getattr(response, "usage", None)
     if usage is None:
@@ -242,7 +256,7 @@ class LLMClient:
             **values,
         }
 
-    def _completion(self, messages: list[Message]) -> Any:
+    def _completion(self, messages: list[Message], schema: type[BaseModel] | None) -> Any:
         litellm = litellm_module()
         kwargs: dict[str, Any] = {
             "model": self.config.model,
@@ -252,9 +266,17 @@ class LLMClient:
             # Retries are ours (each one logged); stop litellm and the openai client retrying silently.
             "num_retries": 0,
             "max_retries": 0,
+            # A provider without response_format (or temperature) gets the call without it.
+            "drop_params": True,
         }
+        if self.config.max_tokens is not None:
+            kwargs["max_tokens"] = self.config.max_tokens
+        if schema is not None and self.config.structured_output == "json_schema":
+            kwargs["response_format"] = response_format(schema)
         if self.config.api_base:
             kwargs["api_base"] = self.config.api_base
+            if self.config.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+                kwargs["api_key"] = "no-key"  # a local OpenAI-compatible server needs none; the client does
         mock = self._next_mock()
         if mock is not None:
             kwargs["mock_response"] = mock
@@ -271,16 +293,23 @@ class LLMClient:
             return float(cost) if cost is not None else None
 
     def _transport(
-        self, purpose: str, messages: list[Message], hypothesis_id: int | None, attempt: int
-    ) -> tuple[int, str, int]:
-        """One answer from the model, retrying transient errors. Returns (call id, text, next attempt)."""
+        self,
+        purpose: str,
+        messages: list[Message],
+        hypothesis_id: int | None,
+        attempt: int,
+        schema: type[BaseModel] | None = None,
+    ) -> tuple[int, str, int, bool]:
+        """One answer from the model, retrying transient errors.
+
+        Returns (call id, text, next attempt, whether the answer was cut off at the token limit)."""
         prompt = json.dumps(messages, ensure_ascii=False)
         failures = 0
         while True:
             self._check_budget(purpose, prompt, hypothesis_id)
             started = time.monotonic()
             try:
-                response = self._completion(messages)
+                response = self._completion(messages, schema)
             except Exception as exc:
                 duration = int((time.monotonic() - started) * 1000)
                 kind = type(exc).__name__
@@ -300,7 +329,8 @@ class LLMClient:
                     f"{purpose}: model {self.config.model} failed {why}: {error[:300]} (llm call {call_id})"
                 ) from None
             duration = int((time.monotonic() - started) * 1000)
-            text = response.choices[0].message.content or ""
+            choice = response.choices[0]
+            text = choice.message.content or ""
             tokens_in, tokens_out = _usage(response)
             call_id = self._log(
                 self._row(
@@ -315,7 +345,7 @@ class LLMClient:
                     duration_ms=duration,
                 )
             )
-            return call_id, text, attempt + 1
+            return call_id, text, attempt + 1, getattr(choice, "finish_reason", None) == "length"
 
     def complete_structured(
         self,
@@ -336,13 +366,18 @@ class LLMClient:
         attempt = 1
         last_error = ""
         for _ in range(self.validation_retries + 1):
-            call_id, text, attempt = self._transport(purpose, conversation, hypothesis_id, attempt)
+            call_id, text, attempt, cut_off = self._transport(
+                purpose, conversation, hypothesis_id, attempt, schema
+            )
             try:
                 value = schema.model_validate_json(extract_json(text))
                 if validate is not None:
                     validate(value)
             except (ValidationError, ValueError) as exc:
                 last_error = _explain(exc)
+                if cut_off:
+                    limit = self.config.max_tokens or "the server's"
+                    last_error = f"cut off at the token limit ({limit}) before it was complete: {last_error}"
                 with transaction(self.db):
                     update(self.db, "llm_calls", call_id, {"error": f"invalid answer: {last_error}"[:2000]})
                 conversation = [
@@ -351,7 +386,7 @@ class LLMClient:
                     {
                         "role": "user",
                         "content": f"That answer is invalid: {last_error}. Reply again with only the "
-                        "corrected JSON object.",
+                        f"corrected JSON object{', kept shorter' if cut_off else ''}.",
                     },
                 ]
                 continue

@@ -1456,8 +1456,8 @@ class Runner:
                 self._finish_experiment(exp_id, status, None, detail=decision.reason, cleanup=False)
         verdict = decision.status if final else "continue"
         self._say(
-            f"  exp {exp_id} {exp['title']!r}: {verdict} {_pct(decision.effect)} "
-            f"[{_pct(decision.ci_low)}, {_pct(decision.ci_high)}] after {decision.pairs} pairs"
+            f"  exp {exp_id} {exp['title']!r}: {verdict} {stats.pct(decision.effect)} "
+            f"{stats.interval(decision.ci_low, decision.ci_high)} after {decision.pairs} pairs"
         )
         return final
 
@@ -1505,7 +1505,7 @@ class Runner:
             )
             return True
         data = result.to_json()
-        interval = f"{_pct(result.effect)} [{_pct(result.ci_low)}, {_pct(result.ci_high)}]"
+        interval = f"{stats.pct(result.effect)} {stats.interval(result.ci_low, result.ci_high)}"
         data["reason"] = (
             f"no difference: {interval}" if result.passed else f"the baseline differs from itself: {interval}"
         )
@@ -1893,5 +1893,3 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")

@@ -27,7 +27,7 @@ import sqlite_utils
 
 from kb.db import insert, log_event, now, transaction
 from kb.errors import UserError
-from runner import history
+from runner import history, stats
 from runner.stats import Decision, Guard, Policy, apply_guards, decide_wave
 
 K = TypeVar("K", int, str)
@@ -307,15 +307,9 @@ def _db_float(x: float) -> float | None:
 def format_flip(item: Redecision) -> str:
     """One line: `#12 title: keep -> inconclusive (+1.2% [-0.3%, +2.8%], 16 pairs)`."""
     d = item.new
-    ci = f"[{_pct(d.ci_low)}, {_pct(d.ci_high)}]"
+    ci = stats.interval(d.ci_low, d.ci_high)
     short = ", stored pairs ran out" if item.short else ""
     return (
         f"#{item.experiment_id} {item.title}: {item.old_verdict or '-'} -> {d.verdict} "
-        f"({_pct(d.effect)} {ci}, {d.pairs} pairs{short})"
+        f"({stats.pct(d.effect)} {ci}, {d.pairs} pairs{short})"
     )
-
-
-def _pct(x: float) -> str:
-    import math
-
-    return f"{x:+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")

@@ -352,8 +352,8 @@ def apply_guards(
                 decision,
                 verdict="discard",
                 reason=(
-                    f"guard {guard.metric}: {_pct(math.expm1(ev.center))} "
-                    f"[{_pct(math.expm1(ev.low))}, {_pct(high)}] is worse than the "
+                    f"guard {guard.metric}: {pct(math.expm1(ev.center))} "
+                    f"[{pct(math.expm1(ev.low))}, {pct(high)}] is worse than the "
                     f"-{guard.max_loss:.1%} limit; primary metric: {decision.reason}"
                 ),
             )
@@ -662,7 +662,7 @@ def _unpaired_evidence(baseline: Sequence[float], candidate: Sequence[float], po
 def _verdict(ev: _Evidence, policy: Policy, q: float | None, *, final: bool, wave: bool) -> Decision:
     effect, low, high = math.expm1(ev.center), math.expm1(ev.low), math.expm1(ev.high)
     significance = ev.p_value if q is None else q
-    interval = f"[{_pct(low)}, {_pct(high)}] at {ev.level:.2%}"
+    bounds = f"{interval(low, high)} at {ev.level:.2%}"
     last = final or ev.pairs >= policy.max_pairs
     verdict: Verdict
     if ev.pairs < policy.min_pairs and ev.paired and not final:
@@ -673,16 +673,16 @@ def _verdict(ev: _Evidence, policy: Policy, q: float | None, *, final: bool, wav
         fdr = f", q {q:.2g} across the wave" if q is not None and wave else ""
         verdict = "keep"
         reason = (
-            f"{_pct(effect)} {interval} is above 0 (p {ev.p_value:.2g}{fdr}) "
+            f"{pct(effect)} {bounds} is above 0 (p {ev.p_value:.2g}{fdr}) "
             f"and at least the {policy.min_effect:.1%} minimum effect"
         )
     elif high < policy.min_effect:
-        verdict, reason = "discard", f"{interval} lies below the {policy.min_effect:.1%} minimum effect"
+        verdict, reason = "discard", f"{bounds} lies below the {policy.min_effect:.1%} minimum effect"
     else:
         if ev.p_value <= policy.alpha and effect >= policy.min_effect and q is not None and wave:
             doubt = f"significant alone (p {ev.p_value:.2g}) but not across the wave (q {q:.2g})"
         else:
-            doubt = f"{interval} straddles the {policy.min_effect:.1%} minimum effect"
+            doubt = f"{bounds} straddles the {policy.min_effect:.1%} minimum effect"
         if last:
             where = f"at the cap of {policy.max_pairs} pairs" if ev.paired else "in one look"
             if ev.paired and ev.pairs < policy.max_pairs:
@@ -710,8 +710,16 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
+    """A relative change as `+1.2%` (`+inf` / `-inf` when unbounded)."""
     return f"{x:+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
+def interval(low: float, high: float) -> str:
+    """`[-0.3%, +2.8%]`, or `[not bounded yet]` while too few pairs bound the effect at this look."""
+    if low <= -1.0 and math.isinf(high):
+        return "[not bounded yet]"
+    return f"[{pct(low)}, {pct(high)}]"
 
 
 def _finite(x: float) -> float | None:

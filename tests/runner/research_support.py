@@ -26,7 +26,8 @@ from kb.init import TargetSpec, create_workspace
 from kb.workspace import Workspace
 
 Item = str | dict[str, Any]
-"""A reply: the assistant's text, or {"status": 429|500, "delay": seconds, "content": text}."""
+"""A reply: the assistant's text, or {"status": 429|500, "delay": seconds, "content": text,
+"finish_reason": "length"}."""
 
 
 @dataclass
@@ -89,7 +90,7 @@ class ScriptedLLM:
                         "choices": [
                             {
                                 "index": 0,
-                                "finish_reason": "stop",
+                                "finish_reason": spec.get("finish_reason", "stop"),
                                 "message": {"role": "assistant", "content": content},
                             }
                         ],

@@ -207,3 +207,39 @@ def test_a_timeout_through_a_real_http_server(db, monkeypatch: pytest.MonkeyPatc
     # The key reached the server as litellm sends it, and is nowhere in the database.
     assert server.requests[-1]["_authorization"] == "Bearer dummy-key-for-tests"
     assert "dummy-key-for-tests" not in json.dumps(calls(db))
+
+
+def test_the_schema_constrains_decoding_and_cut_off_answers_fail_whole(  # type: ignore[no-untyped-def]
+    db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local server needs none
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    cut = {"content": '{"title": "fuse rms', "finish_reason": "length"}
+    with ScriptedLLM([cut]) as server:
+        c = LLMClient(db, LLMConfig(model=server.litellm_model, api_base=server.base_url, max_tokens=12))
+        cut_off = r"gave no valid answer in 3 tries: cut off at the token limit \(12\)"
+        with pytest.raises(LLMError, match=cut_off):
+            c.complete_structured("research", MESSAGES, Answer)
+    first = server.requests[0]
+    assert first["response_format"]["type"] == "json_schema"
+    assert first["response_format"]["json_schema"]["name"] == "Answer"
+    assert first["response_format"]["json_schema"]["schema"] == Answer.model_json_schema()
+    assert first["max_tokens"] == 12 and first["_authorization"] == "Bearer no-key"
+    # Each retry was told why, and asked for a shorter answer.
+    assert "cut off at the token limit (12)" in server.requests[1]["messages"][-1]["content"]
+    assert "kept shorter" in server.requests[1]["messages"][-1]["content"]
+    logged = calls(db)
+    assert len(logged) == 3 and all("cut off at the token limit (12)" in c["error"] for c in logged)
+
+
+def test_a_complete_answer_at_the_limit_is_kept_and_prompt_mode_sends_no_schema(  # type: ignore[no-untyped-def]
+    db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with ScriptedLLM([{"content": VALID, "finish_reason": "length"}]) as server:
+        config = LLMConfig(model=server.litellm_model, api_base=server.base_url, structured_output="prompt")
+        result = LLMClient(db, config).complete_structured("research", MESSAGES, Answer)
+    assert result.value.title == "fuse rms norm"
+    assert "response_format" not in server.requests[0] and "max_tokens" not in server.requests[0]
+    assert "JSON Schema" in server.requests[0]["messages"][0]["content"]

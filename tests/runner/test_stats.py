@@ -371,3 +371,12 @@ def test_self_test_passes_on_identical_trees_and_reports_the_noise_floor() -> No
     assert json.loads(json.dumps(results[0].to_json()))["pairs"] == 30
     shifted = self_test(*machine_pairs(rng, 30, 0.05, 0.01))
     assert not shifted.passed and shifted.ci_low > 0
+
+
+def test_intervals_read_plainly_before_they_are_bounded() -> None:
+    from runner.stats import interval, pct
+
+    assert interval(-1.0, math.inf) == "[not bounded yet]"  # an early look with too few pairs
+    assert interval(-0.003, 0.028) == "[-0.3%, +2.8%]"
+    assert interval(0.01, math.inf) == "[+1.0%, +inf]"
+    assert pct(-math.inf) == "-inf"
