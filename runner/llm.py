@@ -355,8 +355,13 @@ class LLMClient:
         *,
         hypothesis_id: int | None = None,
         validate: Callable[[T], None] | None = None,
+        decode_schema: type[BaseModel] | None = None,
     ) -> StructuredResult[T]:
         """Ask for an answer matching `schema`; invalid answers are sent back with the error.
+
+        `decode_schema` is a tighter schema (e.g. no more items than asked for) sent as
+        `response_format` in place of `schema`; validation stays with `schema`, so a model that
+        decodes freely and gives a little more is not sent back for it.
 
         `validate` may raise ValueError for checks the schema cannot express (e.g. a diff that must
         name files); that counts as invalid too. Raises LLMError (BudgetExceeded) when no valid
@@ -367,7 +372,7 @@ class LLMClient:
         last_error = ""
         for _ in range(self.validation_retries + 1):
             call_id, text, attempt, cut_off = self._transport(
-                purpose, conversation, hypothesis_id, attempt, schema
+                purpose, conversation, hypothesis_id, attempt, decode_schema or schema
             )
             try:
                 value = schema.model_validate_json(extract_json(text))

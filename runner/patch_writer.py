@@ -38,7 +38,7 @@ WINDOW_LINES = 60
 
 
 class PatchAnswer(BaseModel):
-    summary: str = Field(description="One or two sentences: what the patch changes and why.")
+    summary: str = Field(max_length=800, description="One or two sentences: what the patch changes and why.")
     diff: str = Field(
         description="A unified diff (git diff format, paths a/... b/... relative to the repository "
         "root) that applies to the baseline files shown; several files are fine."

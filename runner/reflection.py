@@ -10,7 +10,7 @@ same wave again replaces the note in place (same evidence id).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import sqlite_utils
 from pydantic import BaseModel, Field
@@ -23,11 +23,19 @@ if TYPE_CHECKING:
     from runner.llm import LLMClient
 
 
+# Bounded lists and strings: a grammar-constrained server cannot loop (see runner.research).
+Point = Annotated[str, Field(max_length=600)]
+
+
 class Reflection(BaseModel):
-    worked: list[str] = Field(description="What produced real, significant gains, and why.")
-    noise: list[str] = Field(description="What was noise or inconclusive, and what that says about the path.")
-    next: list[str] = Field(description="What to try next (or stop trying), most promising first.")
-    summary: str = Field(description="Two or three sentences for the next research phase.")
+    worked: list[Point] = Field(max_length=10, description="What produced real, significant gains, and why.")
+    noise: list[Point] = Field(
+        max_length=10, description="What was noise or inconclusive, and what that says about the path."
+    )
+    next: list[Point] = Field(
+        max_length=10, description="What to try next (or stop trying), most promising first."
+    )
+    summary: str = Field(max_length=1500, description="Two or three sentences for the next research phase.")
 
 
 def _pct(x: float | None) -> str:

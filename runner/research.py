@@ -24,10 +24,10 @@ import hashlib
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import sqlite_utils
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from kb.config import Settings
 from kb.db import log_event, one, rows, transaction
@@ -60,8 +60,14 @@ _STOP = frozenset({
 # fmt: on
 
 
+# Every list and string of an answer is bounded: a server that constrains decoding to the schema
+# (llama-server's grammars) then cannot loop forever, as a small model otherwise does (it listed
+# evidence ids 129, 130, 131, ... until the token cap).
+Query = Annotated[str, Field(max_length=160)]
+
+
 class QueryPlan(BaseModel):
-    queries: list[str] = Field(
+    queries: list[Query] = Field(
         min_length=1,
         max_length=8,
         description="Short full-text search queries (keywords, identifiers, op names) for the KB.",
@@ -71,12 +77,12 @@ class QueryPlan(BaseModel):
 class ProposedHypothesis(BaseModel):
     title: str = Field(min_length=5, max_length=200, description="Imperative, specific: what to change.")
     rationale: str = Field(
-        min_length=20, description="Why it should help, tied to the bottleneck and evidence."
+        min_length=20, max_length=1200, description="Why it should help, tied to the bottleneck and evidence."
     )
     expected_effect: float = Field(
         ge=-1.0, le=2.0, description="Expected relative improvement of the primary metric: 0.03 = +3%."
     )
-    risk: str = Field(description="What could go wrong (correctness, portability, noise).")
+    risk: str = Field(max_length=500, description="What could go wrong (correctness, portability, noise).")
     confidence: float = Field(ge=0.0, le=1.0, description="How strongly the evidence supports it.")
     cost: float = Field(
         default=1.0,
@@ -84,11 +90,23 @@ class ProposedHypothesis(BaseModel):
         le=20.0,
         description="Relative cost: 1 = an ordinary small patch and experiment; more for large changes.",
     )
-    evidence_ids: list[int] = Field(min_length=1, description="Ids of the evidence blocks it relies on.")
+    evidence_ids: list[int] = Field(
+        min_length=1, max_length=10, description="Ids of the evidence blocks it relies on."
+    )
 
 
 class ResearchAnswer(BaseModel):
     hypotheses: list[ProposedHypothesis] = Field(max_length=20)
+
+
+def research_answer(n: int) -> type[ResearchAnswer]:
+    """The answer schema for a request of `n` hypotheses: no room for more."""
+    schema: type[ResearchAnswer] = create_model(
+        "ResearchAnswer",
+        __base__=ResearchAnswer,
+        hypotheses=(list[ProposedHypothesis], Field(max_length=n)),
+    )
+    return schema
 
 
 @dataclass(frozen=True)
@@ -387,6 +405,7 @@ def generate(
             },
         ],
         ResearchAnswer,
+        decode_schema=research_answer(n),
     )
     report.call_ids.append(answer.call_id)
     _record(db, answer.value.hypotheses[:n], answer.call_id, report)

@@ -705,6 +705,7 @@ def _llamacpp_tree() -> Path:
     )
 
 
+@pytest.mark.llamacpp
 def test_recall_on_llamacpp() -> None:
     root = _llamacpp_tree()
     fixture = json.loads(FIXTURE.read_text())

@@ -110,7 +110,7 @@ def _generate(ws: Path, api_base: str) -> subprocess.CompletedProcess[str]:
 
 def test_research_phase_through_litellm_against_llama_server(served: tuple[Path, Settings, str]) -> None:
     ws, _, api_base = served
-    _set_max_tokens(ws, 1024)
+    _set_max_tokens(ws, 2048)
     before = _query(ws, "SELECT count(*) AS n FROM hypotheses")[0]["n"]
     started = time.monotonic()
     result = _generate(ws, api_base)

