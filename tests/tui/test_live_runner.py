@@ -67,9 +67,9 @@ async def test_steering_a_live_runner(app_on: AppFactory, tmp_path: Path) -> Non
         run = await until(pilot, lambda: one(db, "SELECT * FROM runs"), timeout=60, what="the run")
         running = await until(
             pilot,
-            lambda: one(db, "SELECT * FROM experiments WHERE patch_id = ? AND phase = 'bench'", [hang]),
+            lambda: one(db, "SELECT * FROM experiments WHERE patch_id = ? AND phase = 'checks'", [hang]),
             timeout=90,
-            what="the hanging benchmark",
+            what="the hanging candidate's checks (they run before the pairs)",
         )
         # The fleet pane follows it live.
         fleet = app.screen
