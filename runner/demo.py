@@ -44,6 +44,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from runner.stats import pct
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -686,10 +687,6 @@ def _bottlenecks(
 # --- the summary -------------------------------------------------------------------------------
 
 
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x:+.1%}"
-
-
 def _interval(ci: Any) -> str:
     if not ci or ci[0] is None:
         return ""
@@ -729,7 +726,7 @@ def summary_lines(result: DemoResult) -> list[str]:
     if result.kept:
         out.append("Kept (a commit each on the run branch, and a patch file with its provenance):")
         for k in result.kept:
-            out.append(f"  {_pct(k.effect)}{_interval(k.ci)} after {k.pairs} pairs  {k.title}")
+            out.append(f"  {pct(k.effect)}{_interval(k.ci)} after {k.pairs} pairs  {k.title}")
             for line in _source_lines(k):
                 out.append(f"      source: {line}")
             where = Path(k.patch_file).name if k.patch_file else "?"
@@ -740,7 +737,7 @@ def summary_lines(result: DemoResult) -> list[str]:
         out.append("Kept: nothing.")
     if result.stack and result.stack.get("effect") is not None:
         out.append(
-            f"  All kept together vs the original baseline: {_pct(result.stack['effect'])}"
+            f"  All kept together vs the original baseline: {pct(result.stack['effect'])}"
             f"{_interval(result.stack.get('ci'))} ({result.stack['status']})"
         )
         titles = {k.experiment_id: k.title for k in result.kept}
@@ -750,7 +747,7 @@ def summary_lines(result: DemoResult) -> list[str]:
                 left_out = int(ab.get("left_out") or 0)
                 name = titles.get(left_out, f"experiment {left_out}")
                 out.append(
-                    f"    {name}: {_pct(ab['effect'])}{_interval(ab.get('ci'))} on top of the others "
+                    f"    {name}: {pct(ab['effect'])}{_interval(ab.get('ci'))} on top of the others "
                     f"({ab['status']})"
                 )
     out.append("")
@@ -758,7 +755,7 @@ def summary_lines(result: DemoResult) -> list[str]:
         out.append("Not kept:")
         for o in result.others:
             if o.status in ("kept", "discarded", "inconclusive"):
-                why = f"{_pct(o.effect)}{_interval(o.ci)} after {o.pairs} pairs"
+                why = f"{pct(o.effect)}{_interval(o.ci)} after {o.pairs} pairs"
             else:
                 why = o.reason or ""
                 if o.detail:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import sqlite_utils
@@ -84,7 +84,7 @@ class LLMConfig:
     max_retries: int = 3
     temperature: float = 0.2
     max_tokens: int | None = None
-    structured_output: str = "json_schema"
+    structured_output: Literal["json_schema", "prompt"] = "json_schema"
 
     @classmethod
     def from_settings(
@@ -96,15 +96,11 @@ class LLMConfig:
             raise UserError(
                 "llm.model: no model configured (set llm.model in autoresearch.toml or pass --model)"
             )
+        # The same fields as the settings section: only model and api_base are overridden here.
         return cls(
+            **settings.model_dump(exclude={"model", "api_base"}),
             model=chosen,
             api_base=(api_base or settings.api_base or None),
-            budget_usd=settings.budget_usd,
-            timeout=settings.timeout,
-            max_retries=settings.max_retries,
-            temperature=settings.temperature,
-            max_tokens=settings.max_tokens,
-            structured_output=settings.structured_output,
         )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
+from runner.stats import pct
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace
@@ -36,10 +37,6 @@ class Reflection(BaseModel):
         max_length=10, description="What to try next (or stop trying), most promising first."
     )
     summary: str = Field(max_length=1500, description="Two or three sentences for the next research phase.")
-
-
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x:+.1%}"
 
 
 def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any], str]:
@@ -77,7 +74,7 @@ def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any],
             noises.append(float(e["noise"]))
         if e["verdict"] is not None and e["status"] in ("kept", "discarded", "inconclusive"):
             line = (
-                f"{name}: {e['metric']} {_pct(e['effect'])} [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}] "
+                f"{name}: {e['metric']} {pct(e['effect'])} [{pct(e['ci_low'])}, {pct(e['ci_high'])}] "
                 f"over {e['pairs']} pairs" + (f", noise {e['noise']:.1%}" if e["noise"] is not None else "")
             )
         else:

@@ -710,8 +710,10 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def pct(x: float) -> str:
-    """A relative change as `+1.2%` (`+inf` / `-inf` when unbounded)."""
+def pct(x: float | None) -> str:
+    """A relative change as `+1.2%` (`+inf` / `-inf` when unbounded, `?` when unknown)."""
+    if x is None:
+        return "?"
     return f"{x:+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
 
 
