@@ -170,7 +170,6 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
         wait_for("the orphaned batches to finish on their clusters", finished_meanwhile, 600)
         run_before = must(one(db, "SELECT * FROM runs WHERE name = 'slurm'"))
         assert run_before["status"] in ("running", "interrupted")
-        samples_before = must(one(db, "SELECT count(*) AS n FROM samples"))["n"]
 
         # While nobody watches, one cluster loses its Slurm allocation (a preemption), its
         # finished batch's log with it: the resume finds the cluster gone and queues that
@@ -238,9 +237,14 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     retry = must(one(db, "SELECT * FROM experiments WHERE retry_of = ?", [lost_exp["id"]]))
     assert retry["id"] in (speedup["id"], slowdown["id"]) and retry["worker_id"] != lost_exp["worker_id"]
     assert must(one(db, "SELECT status FROM jobs WHERE id = ?", [lost_job["id"]]))["status"] == "lost"
-    assert (
-        must(one(db, "SELECT count(*) AS n FROM samples WHERE experiment_id = ?", [lost_exp["id"]]))["n"] == 0
+    lost_samples = must(
+        one(db, "SELECT count(*) AS n FROM samples WHERE experiment_id = ?", [lost_exp["id"]])
     )
+    # Its finished pairs are kept: whatever of its log the runner had fetched (every 60 s while the
+    # batch runs, so all of it when the kill came late), and nothing it had not.
+    lost_log = Path(lost_job["log_path"])
+    fetched = lost_log.read_text() if lost_log.exists() else ""
+    assert lost_samples["n"] <= fetched.count("METRIC throughput=")
 
     # The other batch of wave 1 (over before the kill, or while no runner was there) was
     # collected, not run again.
@@ -249,9 +253,6 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
             assert must(one(db, "SELECT status FROM jobs WHERE id = ?", [job["id"]]))["status"] == "succeeded"
             count = one(db, "SELECT count(*) AS n FROM jobs WHERE experiment_id = ?", [job["experiment_id"]])
             assert must(count)["n"] == 1
-    aa = "SELECT count(*) AS n FROM samples s JOIN experiments e ON e.id = s.experiment_id WHERE e.kind = ?"
-    self_test = must(one(db, aa, ["self_test"]))["n"]
-    assert samples_before - self_test <= 2 * PAIRS  # the killed batches' samples came after the resume
 
     # Reuse: job 1 of each cluster is its qualification (the launch); every experiment went
     # through exec, job ids counting up per cluster, and some cluster ran several experiments.
