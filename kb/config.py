@@ -13,8 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kb.errors import ConfigError
-
-CONFIG_NAME = "autoresearch.toml"
+from kb.locate import CONFIG_NAME as CONFIG_NAME  # re-exported: callers know it from here
 
 
 class _Section(BaseModel):

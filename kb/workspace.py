@@ -8,14 +8,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb.config import CONFIG_NAME, Settings, load_settings
+from kb.config import Settings, load_settings
 from kb.db import DB_NAME, connect
-from kb.errors import WorkspaceNotFound
+from kb.locate import CONFIG_NAME, workspace_root
 
 if TYPE_CHECKING:
     import sqlite_utils
-
-ENV_VAR = "AUTORESEARCH_WORKSPACE"
 
 
 @dataclass(frozen=True)
@@ -65,17 +63,4 @@ class Workspace:
 
 def find_workspace(explicit: str | os.PathLike[str] | None = None) -> Workspace:
     """--workspace, else $AUTORESEARCH_WORKSPACE, else the current folder and its parents."""
-    given = explicit or os.environ.get(ENV_VAR)
-    if given:
-        root = Path(given).expanduser().resolve()
-        if not (root / CONFIG_NAME).is_file():
-            raise WorkspaceNotFound(f"{root}: not a workspace (no {CONFIG_NAME}; run autoresearch init)")
-        return Workspace(root)
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / CONFIG_NAME).is_file():
-            return Workspace(folder)
-    raise WorkspaceNotFound(
-        f"{here}: no workspace here or above (no {CONFIG_NAME}); "
-        "pass --workspace, set AUTORESEARCH_WORKSPACE, or run autoresearch init"
-    )
+    return Workspace(workspace_root(explicit))

@@ -248,6 +248,9 @@ def _experiments_blocks(exps: list[history.ExperimentInfo]) -> list[Block]:
     for e in exps:
         d = e.decision
         status = e.status + (f": {e.reason}" if e.reason else "")
+        passed = (e.meta.get("self_test") or {}).get("passed") if e.kind == "self_test" else None
+        if passed is not None:  # stored as inconclusive/discarded; what it means for an A/A
+            status = "passed (no difference)" if passed else "FAILED (differs from itself)"
         table_rows.append(
             [
                 str(e.id),

@@ -197,12 +197,10 @@ def test_start_up_path_stays_light() -> None:
 
 
 def test_light_constants_match_kb() -> None:
-    from kb.config import CONFIG_NAME
     from kb.db import DB_NAME
     from tui import data
-    from tui.cli import tui_cmd
 
-    assert data.DB_NAME == DB_NAME and tui_cmd.CONFIG_NAME == CONFIG_NAME
+    assert data.DB_NAME == DB_NAME
 
 
 @async_test

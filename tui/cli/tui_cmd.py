@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-CONFIG_NAME = "autoresearch.toml"  # kb.config.CONFIG_NAME (a test checks they agree)
 PANES = ("knowledge", "hypotheses", "fleet", "history")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -50,27 +49,12 @@ def cli(ctx: click.Context, pane: str, serve: bool, host: str, port: int, public
 
 
 def locate(ctx: click.Context) -> Path:
-    """The workspace folder, found as kb.workspace.find_workspace does (--workspace, else
-    $AUTORESEARCH_WORKSPACE, else the current folder and its parents) but without importing the
-    database and config modules: they cost most of a second, and the console must paint first
-    (it opens and migrates the database in a worker)."""
-    from kb.errors import WorkspaceNotFound
+    """The workspace folder, found without the database and config modules: the console must
+    paint first (it opens and migrates the database in a worker)."""
+    from kb.locate import workspace_root
 
     obj = ctx.find_root().obj
-    given = obj.get("workspace") if isinstance(obj, dict) else None
-    if given:
-        root = Path(given).expanduser().resolve()
-        if not (root / CONFIG_NAME).is_file():
-            raise WorkspaceNotFound(f"{root}: not a workspace (no {CONFIG_NAME}; run autoresearch init)")
-        return root
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / CONFIG_NAME).is_file():
-            return folder
-    raise WorkspaceNotFound(
-        f"{here}: no workspace here or above (no {CONFIG_NAME}); "
-        "pass --workspace, set AUTORESEARCH_WORKSPACE, or run autoresearch init"
-    )
+    return workspace_root(obj.get("workspace") if isinstance(obj, dict) else None)
 
 
 def _serve(root: str, pane: str, host: str, port: int, public_url: str | None) -> None:
