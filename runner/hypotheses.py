@@ -178,6 +178,13 @@ def set_status(db: sqlite_utils.Database, hypothesis_id: int, status: Hypothesis
     update(db, "hypotheses", hypothesis_id, {"status": status, "updated_at": now()})
 
 
+def approval_status(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisStatus:
+    """What approving a hypothesis makes it: `patched` when its latest patch applies, else `approved`
+    (the runner takes both into its next wave)."""
+    patch = latest_patch(db, hypothesis_id)
+    return "patched" if patch is not None and patch["apply_status"] != "conflict" else "approved"
+
+
 def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:
     get(db, hypothesis_id)
     update(db, "hypotheses", hypothesis_id, {"priority": priority, "updated_at": now()})

@@ -699,10 +699,9 @@ def approve(db: sqlite_utils.Database, hypothesis_id: int) -> str:
 
     with transaction(db):
         hyp = queue.get(db, hypothesis_id)
-        patch = queue.latest_patch(db, hypothesis_id)
-        new = "patched" if patch is not None and patch["apply_status"] != "conflict" else "approved"
+        new = queue.approval_status(db, hypothesis_id)
         if hyp.status != new:
-            queue.set_status(db, hypothesis_id, new)  # type: ignore[arg-type]
+            queue.set_status(db, hypothesis_id, new)
             log_event(db, "hypothesis.approve", f"hypothesis {hypothesis_id}: {hyp.status} -> {new} (tui)")
     return new
 

@@ -293,20 +293,16 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
 
 def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
     from kb.db import log_event, transaction
-    from runner.hypotheses import get, latest_patch, set_status
+    from runner.hypotheses import approval_status, get, set_status
 
     db = workspace(ctx).db()
     changed: list[str] = []
     with transaction(db):  # all or nothing: an unknown id leaves every status as it was
         for hid in ids:
             hyp = get(db, hid)
-            if action == "reject":
-                new = "rejected"
-            else:
-                patch = latest_patch(db, hid)
-                new = "patched" if patch is not None and patch["apply_status"] != "conflict" else "approved"
+            new = "rejected" if action == "reject" else approval_status(db, hid)
             if hyp.status != new:
-                set_status(db, hid, new)  # type: ignore[arg-type]
+                set_status(db, hid, new)
                 log_event(db, f"hypothesis.{action}", f"hypothesis {hid}: {hyp.status} -> {new}")
             changed.append(f"#{hid} {new}")
     click.echo(", ".join(changed))
