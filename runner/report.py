@@ -25,6 +25,7 @@ import sqlite_utils
 
 from kb.errors import UserError
 from runner import history
+from runner.stats import cell_interval, cell_pct
 from runner.winners import provenance
 
 if TYPE_CHECKING:
@@ -84,16 +85,6 @@ class Written:
 
 
 # --- formatting helpers ------------------------------------------------------------------------
-
-
-def _pct(x: float | None, digits: int = 2) -> str:
-    return "" if x is None or not math.isfinite(x) else f"{x:+.{digits}%}"
-
-
-def _ci(low: float | None, high: float | None) -> str:
-    if low is None and high is None:
-        return ""
-    return f"[{_pct(low) or '-inf'}, {_pct(high) or '+inf'}]"
 
 
 def _when(ts: float | None) -> str:
@@ -210,7 +201,7 @@ def _self_test_blocks(run: history.RunInfo) -> list[Block]:
         items.append(f"A/A self-test: {verdict if passed is not None else 'recorded'}")
         if st.get("effect") is not None:
             items.append(
-                f"Effect {_pct(st.get('effect'))} {_ci(st.get('ci_low'), st.get('ci_high'))}, "
+                f"Effect {cell_pct(st.get('effect'))} {cell_interval(st.get('ci_low'), st.get('ci_high'))}, "
                 f"{st.get('pairs', '?')} pairs"
             )
         if st.get("noise") is not None:
@@ -259,8 +250,8 @@ def _experiments_blocks(exps: list[history.ExperimentInfo]) -> list[Block]:
                 e.title,
                 status,
                 d.verdict if d else "",
-                _pct(e.effect),
-                _ci(*e.ci),
+                cell_pct(e.effect),
+                cell_interval(*e.ci),
                 str(e.pairs) if d else "",
                 f"{d.noise:.2%}" if d and d.noise is not None else "",
                 _num(d.q_value) if d else "",
@@ -289,11 +280,11 @@ def _stack_blocks(run: history.RunInfo, exps: list[history.ExperimentInfo]) -> l
     titles = {e.id: e.title for e in exps}
     for e in stack:
         status = e.status + (f": {e.reason}" if e.reason else "")
-        effect = _pct(e.effect) or "no effect measured"
+        effect = cell_pct(e.effect) or "no effect measured"
         blocks.append(
             Para(
-                f"All winners together against the original baseline (#{e.id}): {effect} {_ci(*e.ci)}, "
-                f"{e.pairs} pairs, {status}."
+                f"All winners together against the original baseline (#{e.id}): {effect} "
+                f"{cell_interval(*e.ci)}, {e.pairs} pairs, {status}."
             )
         )
     if ablations:
@@ -310,8 +301,8 @@ def _stack_blocks(run: history.RunInfo, exps: list[history.ExperimentInfo]) -> l
                 [
                     f"#{left_out} {titles.get(left_out, '')}".strip() if left_out else e.title,
                     e.status + (f": {e.reason}" if e.reason else ""),
-                    _pct(e.effect),
-                    _ci(*e.ci),
+                    cell_pct(e.effect),
+                    cell_interval(*e.ci),
                     str(e.pairs),
                 ]
             )
@@ -333,7 +324,8 @@ def _provenance_blocks(db: sqlite_utils.Database, run: history.RunInfo) -> list[
         items = [
             f"Commit: {w['commit_sha']} on {chain['winner']['branch']}",
             f"Patch file: {w['patch_file']}",
-            f"Measured: {d.get('metric')} {_pct(d.get('effect'))} {_ci(*(d.get('ci') or [None, None]))}, "
+            f"Measured: {d.get('metric')} {cell_pct(d.get('effect'))} "
+            f"{cell_interval(*(d.get('ci') or [None, None]))}, "
             f"{d.get('pairs')} pairs (experiment #{w['experiment_id']}, wave {chain['experiment']['wave']})",
         ]
         hyp = chain["hypothesis"]

@@ -724,5 +724,17 @@ def interval(low: float, high: float) -> str:
     return f"[{pct(low)}, {pct(high)}]"
 
 
+def cell_pct(x: float | None) -> str:
+    """A table cell: `+1.23%`, blank when unknown or unbounded (tables line up on two digits)."""
+    return "" if x is None or not math.isfinite(x) else f"{x:+.2%}"
+
+
+def cell_interval(low: float | None, high: float | None) -> str:
+    """A table cell: `[-0.31%, +2.80%]`, blank when no interval was recorded."""
+    if low is None and high is None:
+        return ""
+    return f"[{cell_pct(low) or '-inf'}, {cell_pct(high) or '+inf'}]"
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None

@@ -6,29 +6,19 @@ Each command opens the workspace database in its own process and only reads, exc
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 
 if TYPE_CHECKING:
     import sqlite_utils
 
     from runner.history import RunInfo
-
-
-def _pct(x: float | None) -> str:
-    return "" if x is None or not math.isfinite(x) else f"{x:+.2%}"
-
-
-def _ci(low: float | None, high: float | None) -> str:
-    if low is None and high is None:
-        return ""
-    return f"[{_pct(low) or '-inf'}, {_pct(high) or '+inf'}]"
 
 
 def _when(ts: float | None) -> str:
@@ -55,7 +45,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
         passed = run.self_test.get("passed")
         click.echo(
             f"  self-test {'passed' if passed else 'FAILED' if passed is False else '?'}: "
-            f"noise floor ±{_pct(run.noise_floor).lstrip('+')}"
+            f"noise floor ±{cell_pct(run.noise_floor).lstrip('+')}"
         )
     click.echo("")
     wave_rows = history.waves(db, run.id)
@@ -80,8 +70,8 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
                 + (f": {e.reason}" if e.reason else "")
                 + (f" ({e.phase})" if e.status == "running" else ""),
                 e.decision.verdict if e.decision else "",
-                _pct(e.effect),
-                _ci(*e.ci),
+                cell_pct(e.effect),
+                cell_interval(*e.ci),
                 e.pairs or "",
                 e.title,
             )
@@ -147,7 +137,7 @@ def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: boo
                 r.experiments,
                 r.kept,
                 r.winners,
-                _pct(r.noise_floor).lstrip("+"),
+                cell_pct(r.noise_floor).lstrip("+"),
             )
             for r in found
         ],
