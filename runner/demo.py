@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -44,7 +45,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
-from runner.stats import pct
+from runner.stats import interval, pct
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -688,10 +689,10 @@ def _bottlenecks(
 
 
 def _interval(ci: Any) -> str:
+    """` [low, high]` from a stored interval (JSON has no infinity: an open end is None)."""
     if not ci or ci[0] is None:
         return ""
-    high = "+inf" if ci[1] is None else f"{ci[1]:+.1%}"
-    return f" [{ci[0]:+.1%}, {high}]"
+    return " " + interval(ci[0], math.inf if ci[1] is None else ci[1])
 
 
 def _duration(seconds: float) -> str:
