@@ -1,6 +1,8 @@
 """Decision quality of `runner.stats` on a simulator with known truth.
 
-Each simulated experiment measures a baseline and a candidate on one noisy machine, A B A B ...:
+Each simulated experiment measures a baseline and a candidate on one noisy machine, A B A B ...
+(the runner alternates the order, ABBA; this drift is a trendless random walk, so order does not
+bias it and the simulator keeps A B):
 
 - slow drift: the machine's speed is a random walk (log-scale step DRIFT_STEP per sample);
 - per-sample noise: log-normal with sigma = the noise CV (1% to 30%);

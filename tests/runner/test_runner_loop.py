@@ -420,6 +420,30 @@ def test_the_self_test_catches_a_biased_measurement(tmp_path: Path) -> None:
     assert result.self_test is not None and not result.self_test["passed"]
 
 
+def drifting_bench(clock: Path) -> str:
+    """A machine that slows down steadily: each benchmark run, either tree, is 0.5% slower."""
+    return f"""#!/usr/bin/env bash
+n=$(cat {clock} 2>/dev/null || echo 0)
+echo $((n + 1)) > {clock}
+echo "METRIC throughput=$((100000 - 500 * n))"
+"""
+
+
+def test_pairs_alternate_their_order_so_a_steady_drift_favours_neither_side(tmp_path: Path) -> None:
+    # Always A then B, B would run 0.5% slower in every pair: an A/A "difference" of -0.5% with a
+    # tiny interval. In ABBA order the drift cancels and the self-test passes.
+    bench = drifting_bench(tmp_path / "clock")
+    ws, target = make_workspace(tmp_path, bench=bench, policy={"self_test_pairs": 8})
+    queue(ws, target, ["slowdown"])
+    result = start_run(ws, RunOptions(waves=0, final=False)).execute()
+    assert result.self_test is not None and result.self_test["passed"], result.self_test
+    assert abs(result.self_test["effect"]) < 0.001
+    job = must(one(ws.db(), "SELECT * FROM jobs WHERE run_id = ? ORDER BY id LIMIT 1", [result.run_id]))
+    log = Path(job["log_path"]).read_text().splitlines()
+    order = [line.split()[-2:] for line in log if " BEGIN " in line]
+    assert order == [[str(p), side] for p in range(8) for side in (("A", "B") if p % 2 == 0 else ("B", "A"))]
+
+
 def test_failing_checks_on_the_baseline_end_the_run_at_once(tmp_path: Path) -> None:
     ws, target = make_workspace(
         tmp_path, target={"checks_script": "strict-checks.sh"}, policy={"self_test_pairs": 3}
