@@ -87,6 +87,10 @@ class Written:
 # --- formatting helpers ------------------------------------------------------------------------
 
 
+def _aa_verdict(passed: bool) -> str:
+    return "passed (no difference)" if passed else "FAILED (the baseline differs from itself)"
+
+
 def _when(ts: float | None) -> str:
     return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -197,8 +201,7 @@ def _self_test_blocks(run: history.RunInfo) -> list[Block]:
     items: list[str] = []
     if st:
         passed = st.get("passed")
-        verdict = "passed (no difference)" if passed else "FAILED (the baseline differs from itself)"
-        items.append(f"A/A self-test: {verdict if passed is not None else 'recorded'}")
+        items.append(f"A/A self-test: {_aa_verdict(passed) if passed is not None else 'recorded'}")
         if st.get("effect") is not None:
             items.append(
                 f"Effect {cell_pct(st.get('effect'))} {cell_interval(st.get('ci_low'), st.get('ci_high'))}, "
@@ -241,7 +244,7 @@ def _experiments_blocks(exps: list[history.ExperimentInfo]) -> list[Block]:
         status = e.status + (f": {e.reason}" if e.reason else "")
         passed = (e.meta.get("self_test") or {}).get("passed") if e.kind == "self_test" else None
         if passed is not None:  # stored as inconclusive/discarded; what it means for an A/A
-            status = "passed (no difference)" if passed else "FAILED (differs from itself)"
+            status = _aa_verdict(passed)
         table_rows.append(
             [
                 str(e.id),
