@@ -6,7 +6,8 @@
 The CLI and the tests share this function. Each stage calls the library the matching command uses:
 
 1. workspace  - the target and its fork as git repositories, made from `examples/demo`
-                (build_repos.py), and a workspace on the target with the demo's config;
+                (build_repos.py; package data, found by kb.packaged), and a workspace on the
+                target with the demo's config;
 2. papers     - the articles ingested (kb.papers), as `kb add-paper` does;
 3. fork       - the fork's commits recorded (kb.forks), as `kb add-fork`;
 4. inventory  - the backend fusion inventory scanned and stored (kb.inventory), as `kb inventory`;
@@ -45,6 +46,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.packaged import demo_dir
 from runner.stats import interval, pct
 
 if TYPE_CHECKING:
@@ -56,7 +58,6 @@ DemoProgress = Callable[[str, str], None]
 """progress(stage, line): a stage name (workspace, papers, ...) and one line to show: the stage's
 headline when it starts (no indent), then indented detail lines."""
 
-EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "demo"
 RUN_NAME = "demo"
 FORK_NAME = "demo-fork"
 DEFAULT_DIR = "autoresearch-demo"
@@ -187,18 +188,10 @@ class DemoResult:
 # --- the example files -------------------------------------------------------------------------
 
 
-def example_dir() -> Path:
-    if not (EXAMPLE_DIR / "build_repos.py").is_file():
-        raise UserError(
-            f"{EXAMPLE_DIR}: the bundled demo is missing (it ships with the source tree: "
-            "install autoresearch from a clone with `pip install -e .`)"
-        )
-    return EXAMPLE_DIR
-
-
 def load_build_repos() -> ModuleType:
-    """examples/demo/build_repos.py, loaded by path (examples/ is not a package)."""
-    path = example_dir() / "build_repos.py"
+    """examples/demo/build_repos.py, loaded by path (a script too: it is not imported as a module
+    of the data package, whose folders are data)."""
+    path = demo_dir() / "build_repos.py"
     name = "autoresearch_demo_build_repos"
     if name in sys.modules:
         return sys.modules[name]
@@ -326,7 +319,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     if options.bench_reps < 1:
         raise UserError(f"bench_reps {options.bench_reps}: must be at least 1")
     root = options.directory.expanduser().resolve()
-    example = example_dir()
+    example = demo_dir()
     check_tools()
     started = time.monotonic()
     stages = _Stages(say)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kb.errors import UserError
+from kb.packaged import packaged
 
 DEFAULT_TEMPLATE = "experiment.yaml"
 REQUIRED_ENVS = (
@@ -51,7 +51,7 @@ class RenderedTask:
 
 
 def default_template_text() -> str:
-    return resources.files("runner").joinpath(DEFAULT_TEMPLATE).read_text(encoding="utf-8")
+    return packaged("runner", DEFAULT_TEMPLATE).read_text(encoding="utf-8")
 
 
 def load_template(path: Path | None = None) -> dict[str, Any]:

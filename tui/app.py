@@ -5,6 +5,9 @@ the benchmark use (with textual-dev installed: `textual run --dev -c autoresearc
 reads the database in thread workers (a fresh connection each), notices commits by other
 processes through `PRAGMA data_version` (polled in a worker of its own), and steers the runner by
 writing to the database or by starting detached `autoresearch` processes.
+
+The app imports the screens (each pane's module when it is first shown, to keep start-up to one)
+and wires them; the screens see the app only as `tui.host.Host`, so nothing imports back.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -24,11 +27,16 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from kb.errors import UserError
+from kb.packaged import packaged
 from tui import data
+from tui.host import Clock
 from tui.messages import DatabaseChanged, ProcessFinished
 from tui.spawn import RunRequest, Spawner, cli_argv, log_name, spawn_detached, wait
 
-Clock = Callable[[], float]
+if TYPE_CHECKING:
+    from tui.host import Host
+    from tui.screens.help import HelpSections
+
 PANE_NAMES = ("knowledge", "hypotheses", "fleet", "history")
 
 
@@ -58,7 +66,7 @@ def history_screen() -> Screen[Any]:
 
 
 class AutoresearchApp(App[None]):
-    CSS_PATH = ["styles/app.tcss"]
+    CSS_PATH = [packaged("tui", "styles", "app.tcss")]
     TITLE = "autoresearch"
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
         "knowledge": knowledge_screen,
@@ -170,7 +178,7 @@ class AutoresearchApp(App[None]):
         from tui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(help_sections()))
 
     async def action_search(self) -> None:
         from tui.screens.knowledge import KnowledgeScreen
@@ -342,6 +350,34 @@ class AutoresearchApp(App[None]):
         self.call_from_thread(self.notify_changed)
 
 
+def help_sections() -> HelpSections:
+    """The help screen's sections: every screen whose keys it lists (importing them all)."""
+    from tui.screens.compare import CompareScreen
+    from tui.screens.dialogs import StartRunScreen
+    from tui.screens.fleet import FleetScreen
+    from tui.screens.history import HistoryScreen, RedecideScreen
+    from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
+    from tui.screens.knowledge import CommitScreen, KnowledgeScreen, PaperScreen
+    from tui.screens.log import LogScreen
+    from tui.widgets.common import PagedTable
+
+    return [
+        ("Everywhere", AutoresearchApp),
+        ("Tables", PagedTable),
+        ("1 Knowledge (enter opens a paper, commit, inventory row or search hit)", KnowledgeScreen),
+        ("Paper reader", PaperScreen),
+        ("Fork commit", CommitScreen),
+        ("2 Hypotheses (enter: detail)", HypothesesScreen),
+        ("Hypothesis detail (enter on an evidence row opens it)", HypothesisScreen),
+        ("3 Fleet (enter: the selected experiment's log)", FleetScreen),
+        ("Start-run dialog", StartRunScreen),
+        ("Log viewer", LogScreen),
+        ("4 History (enter: the experiment in full)", HistoryScreen),
+        ("Comparison", CompareScreen),
+        ("Re-decide", RedecideScreen),
+    ]
+
+
 def make_app(
     workspace_root: Path | str,
     *,
@@ -370,3 +406,7 @@ def make_app(
         spawner=spawner,
         page_size=page_size,
     )
+
+
+if TYPE_CHECKING:
+    _HOST: type[Host] = AutoresearchApp  # mypy: the app provides everything the screens use

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kb.errors import UserError
+from kb.packaged import LLAMACPP_SCRIPTS, llamacpp_script
 from runner.recipes import llamacpp
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
@@ -20,13 +19,6 @@ def cache_dir() -> Path:
         return Path(given)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "autoresearch"
-
-
-def reference_script(name: str) -> Path:
-    path = REPO_ROOT / name
-    if not path.is_file():
-        raise UserError(f"{path}: reference script missing (install autoresearch from its source tree)")
-    return path
 
 
 def prepare_llamacpp(
@@ -47,7 +39,7 @@ def prepare_llamacpp(
         model = llamacpp.prepare_model(cache / "models" / llamacpp.MODEL_NAME, cache, progress)
     root = directory.expanduser().resolve()
     extra = llamacpp.settings_overrides(model)
-    files = {name: reference_script(name) for name in ("autoresearch.sh", "autoresearch.checks.sh")}
+    files = {name: llamacpp_script(name) for name in LLAMACPP_SCRIPTS}
     extra["target"]["bench_script"] = str(root / "autoresearch.sh")
     extra["target"]["checks_script"] = str(root / "autoresearch.checks.sh")
     extra["target"]["env"]["AUTORESEARCH_GOLDEN"] = str(root / "golden-generation.txt")

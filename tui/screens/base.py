@@ -13,15 +13,15 @@ from textual.worker import Worker
 from tui.widgets.common import PaneBar
 
 if TYPE_CHECKING:
-    from tui.app import AutoresearchApp
     from tui.data import Store
+    from tui.host import Host
 
 
 class WorkerErrors:
     """Mixin: a failed worker becomes one notification (handled once, in the app)."""
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        app = cast("AutoresearchApp", cast(Screen[Any], self).app)
+        app = cast("Host", cast(Screen[Any], self).app)
         app.report_worker(event.worker)
 
 
@@ -41,8 +41,9 @@ class AppScreen(WorkerErrors, Screen[None]):
         self.stale = True
 
     @property
-    def autoapp(self) -> AutoresearchApp:
-        return cast("AutoresearchApp", self.app)
+    def autoapp(self) -> Host:
+        """The app, through what screens may use of it (tui.host; the app imports the screens)."""
+        return cast("Host", self.app)
 
     @property
     def store(self) -> Store:
@@ -97,8 +98,9 @@ class AppModal(WorkerErrors, ModalScreen[Any]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     @property
-    def autoapp(self) -> AutoresearchApp:
-        return cast("AutoresearchApp", self.app)
+    def autoapp(self) -> Host:
+        """The app, through what screens may use of it (tui.host; the app imports the screens)."""
+        return cast("Host", self.app)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

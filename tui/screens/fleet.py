@@ -17,6 +17,7 @@ from tui.format import clip, duration
 from tui.messages import FleetRefreshed
 from tui.screens.base import AppScreen
 from tui.screens.dialogs import ConfirmScreen, StartRunScreen
+from tui.screens.log import LogScreen
 from tui.spawn import RunRequest
 from tui.widgets.common import cell, fit_columns, right, status_cell
 
@@ -92,8 +93,15 @@ class FleetScreen(AppScreen):
         keep = workers.cursor_row
         workers.clear(columns=True)
         for label, width in fit_columns(
-            [("Worker", 12), ("Backend", 8), ("Status", 10), ("Phase", 9), ("Noise", 6), ("Cost", 6),
-             ("Experiment", None)],
+            [
+                ("Worker", 12),
+                ("Backend", 8),
+                ("Status", 10),
+                ("Phase", 9),
+                ("Noise", 6),
+                ("Cost", 6),
+                ("Experiment", None),
+            ],
             self.size.width or self.app.size.width,
         ):
             workers.add_column(label, width=width, key=label)
@@ -288,8 +296,6 @@ class FleetScreen(AppScreen):
         )
 
     def action_open_log(self) -> None:
-        from tui.screens.log import LogScreen
-
         if self.selected is not None:
             self.app.push_screen(LogScreen(self.selected))
 

@@ -24,6 +24,9 @@ In a browser: autoresearch tui --serve (binds 127.0.0.1:8000; no authentication,
 an SSH tunnel: ssh -L 8000:127.0.0.1:8000 host).
 """
 
+HelpSections = list[tuple[str, type[DOMNode]]]
+"""(title, class whose bindings are listed): the app, which knows every screen, gives them."""
+
 
 def _bindings(cls: type[DOMNode]) -> list[Binding]:
     """The bindings our classes declare, bases included (subclass first, one per action); Textual's
@@ -38,7 +41,7 @@ def _bindings(cls: type[DOMNode]) -> list[Binding]:
     return list(seen.values())
 
 
-def keys_text(sections: list[tuple[str, type[DOMNode]]]) -> Text:
+def keys_text(sections: HelpSections) -> Text:
     out = Text()
     for i, (title, cls) in enumerate(sections):
         if i:
@@ -55,9 +58,10 @@ class HelpScreen(DetailScreen):
     PANE = "knowledge"
     TRAIL = "help"
 
-    def __init__(self) -> None:
+    def __init__(self, sections: HelpSections) -> None:
         super().__init__()
         self.PANE = "help"
+        self.sections = sections
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="help"):
@@ -65,33 +69,7 @@ class HelpScreen(DetailScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        from tui.app import AutoresearchApp
-        from tui.screens.compare import CompareScreen
-        from tui.screens.dialogs import StartRunScreen
-        from tui.screens.fleet import FleetScreen
-        from tui.screens.history import HistoryScreen, RedecideScreen
-        from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
-        from tui.screens.knowledge import CommitScreen, KnowledgeScreen, PaperScreen
-        from tui.screens.log import LogScreen
-        from tui.widgets.common import PagedTable
-
-        text = keys_text(
-            [
-                ("Everywhere", AutoresearchApp),
-                ("Tables", PagedTable),
-                ("1 Knowledge (enter opens a paper, commit, inventory row or search hit)", KnowledgeScreen),
-                ("Paper reader", PaperScreen),
-                ("Fork commit", CommitScreen),
-                ("2 Hypotheses (enter: detail)", HypothesesScreen),
-                ("Hypothesis detail (enter on an evidence row opens it)", HypothesisScreen),
-                ("3 Fleet (enter: the selected experiment's log)", FleetScreen),
-                ("Start-run dialog", StartRunScreen),
-                ("Log viewer", LogScreen),
-                ("4 History (enter: the experiment in full)", HistoryScreen),
-                ("Comparison", CompareScreen),
-                ("Re-decide", RedecideScreen),
-            ]
-        )
+        text = keys_text(self.sections)
         text.append("\n")
         text.append(NOTES, style="grey70")
         self.query_one("#help-keys", Static).update(text)

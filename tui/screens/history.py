@@ -16,7 +16,9 @@ from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded
 from tui.screens.base import AppScreen, DetailScreen
+from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import ConfirmScreen
+from tui.screens.log import LogScreen
 from tui.widgets.common import PagedTable, cell, fit_columns, right, status_cell
 from tui.widgets.history import MetricChart
 
@@ -206,8 +208,6 @@ class HistoryScreen(AppScreen):
 
     @on(DataTable.RowSelected, "#experiments")
     def experiment_selected(self, event: DataTable.RowSelected) -> None:
-        from tui.screens.compare import CompareScreen
-
         if event.row_key.value is not None:
             self.app.push_screen(CompareScreen(int(event.row_key.value)))
 
@@ -220,8 +220,6 @@ class HistoryScreen(AppScreen):
             self.on_page_loaded(PageLoaded("experiments", self.page))
 
     def action_compare(self) -> None:
-        from tui.screens.compare import CompareScreen
-
         chosen = self.current_experiment()
         if chosen is None:
             return
@@ -241,7 +239,7 @@ class HistoryScreen(AppScreen):
 
     @work(thread=True, group="copy", exclusive=True, exit_on_error=False)
     def copy_sha(self, experiment_id: int) -> None:
-        from runner import history
+        from runner import history  # sqlite_utils and the runner: a quarter second, paid on use
 
         with self.store.session() as db:
             info = history.experiment(db, experiment_id)
@@ -254,8 +252,6 @@ class HistoryScreen(AppScreen):
             )
 
     def action_open_log(self) -> None:
-        from tui.screens.log import LogScreen
-
         chosen = self.current_experiment()
         if chosen is not None:
             self.app.push_screen(LogScreen(chosen.id, pane="history"))

@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.timer import Timer
 from textual.widgets import DataTable, Input, ListItem, ListView, Static, TabbedContent, TabPane
 
+from kb.errors import UserError
 from tui import data
 from tui.format import clip, count
 from tui.messages import (
@@ -163,8 +164,6 @@ class KnowledgeScreen(AppScreen):
 
     @work(thread=True, group="search", exclusive=True, exit_on_error=False)
     def run_search(self, query: str) -> None:
-        from kb.errors import UserError
-
         try:
             with self.store.session() as db:
                 hits = data.search(db, query)

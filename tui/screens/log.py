@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -87,8 +89,6 @@ class LogScreen(DetailScreen):
 
     @work(thread=True, group="log-read", exclusive=True, exit_on_error=False)
     def read(self, path: str, offset: int, reset: bool) -> None:
-        import os
-
         if reset:
             try:
                 offset = max(0, os.path.getsize(path) - FIRST_READ)

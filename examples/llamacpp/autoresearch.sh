@@ -1,0 +1,1 @@
+../../autoresearch.sh
