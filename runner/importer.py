@@ -106,6 +106,11 @@ class ImportResult:
     def imported_lines(self) -> int:
         return sum(r.experiments for r in self.runs)
 
+    @property
+    def malformed(self) -> dict[str, int]:
+        """Malformed lines by what a lenient import did with them (skipped, or read with defaults)."""
+        return dict(Counter(s.action for s in self.skipped))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "file": str(self.path),
@@ -191,8 +196,8 @@ def import_log(
             log_event(
                 db,
                 "import",
-                f"{len(log.skipped)} malformed lines of {path.name} skipped (--lenient); "
-                f"the first, line {first.line}: {cap(first.reason, 200)}",
+                f"{len(log.skipped)} malformed lines of {path.name} skipped or read with pi's defaults "
+                f"(--lenient); the first, line {first.line}: {cap(first.reason, 200)}",
                 level="warning",
                 run_id=imported[0].id,
                 data={"file": str(path), "skipped": [s.to_json() for s in log.skipped[:1000]]},

@@ -277,7 +277,8 @@ def import_(
     """Import another loop's log into the history: a pi-autoresearch autoresearch.jsonl (or
     .auto/log.jsonl; also the SkyPilot example's) or a karpathy/autoresearch results.tsv. One run
     per config segment, its lines as experiments with a single sample each."""
-    from runner.importer import cap, import_log
+    from runner.importer import import_log
+    from runner.logformats import cap
 
     ws = workspace(ctx)
     result = import_log(
@@ -299,7 +300,7 @@ def import_(
         + "".join(
             f", {n} {kind} lines skipped as pi-autoresearch skips them" for kind, n in result.ignored.items()
         )
-        + (f", {len(result.skipped)} malformed lines skipped (--lenient)" if result.skipped else "")
+        + "".join(f", {n} malformed lines {action} (--lenient)" for action, n in result.malformed.items())
     )
     for note, n in sorted(result.notes.items(), key=lambda item: -item[1]):
         click.echo(f"  {n} x {note}")
