@@ -235,6 +235,9 @@ def test_zero_values_are_samples_judged_as_differences(ws: Workspace, tmp_path: 
     assert skipped["fix the last two"] == "values of failures of 0 or below: no log ratio to judge"
     assert skipped["refactor"] == "values of failures of 0 or below: no log ratio to judge"
     assert [i.title for i in again.items] == ["fix the parser"]
+    from tui import data
+
+    assert [r.difference for r in data.run_experiments(db, imported.id).rows] == [None, None, 2.0, -1.0, None]
     text = browse(ws, result)[imported.name]
     assert "Δ+2 (diff)" in text and "Δ-1 (diff)" in text
     assert "2 x values of failures of 0 or below: no log ratio to judge" in text
