@@ -254,7 +254,8 @@ def test_a_negative_metric_where_higher_is_better(ws: Workspace, tmp_path: Path)
             run(4, -4, "discard"),
         ],
     )
-    (imported,) = import_log(ws.db(), log).runs
+    result = import_log(ws.db(), log)
+    (imported,) = result.runs
     assert imported.kept == 3  # the baseline and two keeps, not "kept 0"
     db = ws.db()
     _, up, further, worse = history.experiments(db, imported.id)
@@ -262,6 +263,12 @@ def test_a_negative_metric_where_higher_is_better(ws: Workspace, tmp_path: Path)
     assert (up.difference, further.difference, worse.difference) == (2.0, 1.5, -2.5)
     assert samples_of(db, worse.id) == [("A", "score", -1.5), ("B", "score", -4.0)]
     assert history.find_run(db, imported.id).head_commit == "c000003"
+    assert all(
+        d["verdict"] for d in rows(db, "SELECT verdict FROM decisions WHERE experiment_id = ?", [up.id])
+    )
+    text = browse(ws, result)[imported.name]
+    assert "Δ+2 (diff)" in text and "Δ-2.5 (diff)" in text
+    assert "pi-autoresearch's confidence: not computable" in text  # pi leaves out values of 0 or below
 
 
 # --- pi-lenient fields, names, BOM ------------------------------------------------------------------
@@ -320,11 +327,13 @@ def test_a_byte_order_mark_and_a_line_separator_inside_a_string(ws: Workspace, t
         bom=True,
     )
     assert log.read_bytes().startswith(b"\xef\xbb\xbf")
-    (imported,) = import_log(ws.db(), log).runs
+    result = import_log(ws.db(), log)
+    (imported,) = result.runs
     assert (imported.metric, imported.direction, imported.experiments) == ("tg", "higher", 2)
     faster = history.experiments(ws.db(), imported.id)[1]
     assert faster.title == "a b c" and faster.meta["description"] == "a\u2028b\x0cc"
     assert faster.effect == pytest.approx(0.1)
+    assert "+10.00%" in browse(ws, result)[imported.name]
 
 
 # --- lenient skips ----------------------------------------------------------------------------------
