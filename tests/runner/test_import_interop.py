@@ -263,9 +263,10 @@ def test_a_negative_metric_where_higher_is_better(ws: Workspace, tmp_path: Path)
     assert (up.difference, further.difference, worse.difference) == (2.0, 1.5, -2.5)
     assert samples_of(db, worse.id) == [("A", "score", -1.5), ("B", "score", -4.0)]
     assert history.find_run(db, imported.id).head_commit == "c000003"
-    assert all(
-        d["verdict"] for d in rows(db, "SELECT verdict FROM decisions WHERE experiment_id = ?", [up.id])
+    verdicts = rows(
+        db, "SELECT verdict, effect FROM decisions WHERE experiment_id IN (?, ?)", [up.id, worse.id]
     )
+    assert verdicts == [{"verdict": "keep", "effect": None}, {"verdict": "discard", "effect": None}]
     text = browse(ws, result)[imported.name]
     assert "Δ+2 (diff)" in text and "Δ-2.5 (diff)" in text
     assert "pi-autoresearch's confidence: not computable" in text  # pi leaves out values of 0 or below
