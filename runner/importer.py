@@ -119,6 +119,7 @@ class ImportResult:
             "imported_lines": self.imported_lines,
             "runs": [r.to_json() for r in self.runs],
             "skipped": [s.to_json() for s in self.skipped],
+            "malformed": self.malformed,
             "ignored": self.ignored,
             "notes": self.notes,
         }
@@ -228,7 +229,7 @@ def _segment_comparison(segment: Segment, experiment_ids: list[int]) -> dict[str
     baseline = segment.lines[0].values.get(metric)
     kept = [
         (line.values[metric], eid)
-        for line, eid in zip(segment.lines, experiment_ids, strict=True)
+        for line, eid in list(zip(segment.lines, experiment_ids, strict=True))[1:]
         if line.status == "keep" and metric in line.values
     ]
     out: dict[str, Any] = {
@@ -242,7 +243,7 @@ def _segment_comparison(segment: Segment, experiment_ids: list[int]) -> dict[str
         "agree": None,
     }
     if not kept or baseline is None:
-        out["paired_reason"] = "no kept value and baseline to compare"
+        out["paired_reason"] = "no kept value after the baseline, or no baseline value, to compare"
         return out
     best, best_id = (max if direction == "higher" else min)(kept, key=lambda x: x[0])
     out.update(best_kept=best, best_experiment=best_id)
@@ -333,6 +334,7 @@ def _import_segment(
         "import": {
             "format": log.format,
             "file": str(path),
+            "session": cap(segment.name, TITLE_MAX) if segment.name else None,
             "segment": segment.index,
             "config_line": segment.config_line,
             "lines": len(segment.lines),
@@ -536,8 +538,10 @@ def summary_lines(run_summary: dict[str, Any] | None) -> list[str]:
     if not isinstance(info, dict):
         return []
     where = f"config line {info['config_line']}" if info.get("config_line") else "no config line"
-    segment = info.get("segment")
-    out = [f"Imported {info.get('lines')} lines of a {info.get('format')} log (segment {segment}, {where})"]
+    segment, session = info.get("segment"), info.get("session")
+    named = f" {session!r}" if session else ""
+    lines, fmt = info.get("lines"), info.get("format")
+    out = [f"Imported {lines} lines of a {fmt} log{named} (segment {segment}, {where})"]
     score, logged = info.get("pi_confidence"), info.get("pi_logged")
     if score is None:
         text = (
