@@ -57,6 +57,11 @@ PI_METRIC = "metric"
 #: pi-autoresearch's labels for its confidence score (index.ts).
 PI_LIKELY, PI_MARGINAL = 2.0, 1.0
 _TSV_FIELDS = ("commit", "status", "description")
+#: What a pi-autoresearch run line holds (log_experiment); other fields are kept as written.
+_RUN_FIELDS = frozenset(
+    ("type", "run", "commit", "metric", "metrics", "status", "description", "timestamp", "segment")
+    + ("confidence", "asi", "literature_source")
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class Skipped:
 
 @dataclass
 class LogLine:
+    """One run line (or results.tsv row) as read, with how it was read where the log was unclear."""
+
     number: int
     status: str
     """keep, discard, crash or checks_failed: how this import reads the line."""
@@ -93,8 +100,9 @@ class LogLine:
     literature_source: str | None = None
     segment: Any = None
     fields: dict[str, Any] | None = None
-    """The line's other fields, as written (a results.tsv's text columns)."""
+    """The line's other fields, as written (a results.tsv's text columns, unknown jsonl keys)."""
     notes: list[str] = field(default_factory=list)
+    """How fields were read where the log left it to the reader (no status: keep, ...)."""
 
 
 @dataclass
@@ -349,12 +357,13 @@ def _run_line(data: dict[str, Any], number: int, metric: str) -> LogLine:
     for key in ("description", "commit", "literature_source"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise _Malformed(f"{key} must be a string")
-    for key in ("timestamp", "confidence", "run"):
-        if data.get(key) is not None and not finite(data[key]):
-            raise _Malformed(f"{key} {data[key]!r} must be a number")
-    if data.get("asi") is not None and not isinstance(data["asi"], dict | str):
-        raise _Malformed("asi must be an object")
+    if data.get("run") is not None and not finite(data["run"]):
+        raise _Malformed(f"run {data['run']!r} must be a number")  # pi would drop the whole line
     status, pi_status, note = _read_status(data.get("status"))
+    notes = [note] if note else []
+    for key in ("timestamp", "confidence"):  # pi reads 0 and null
+        if data.get(key) is not None and not finite(data[key]):
+            notes.append(f"{key} is not a number: ignored, as pi-autoresearch does")
     line = LogLine(
         number=number,
         status=status,
@@ -365,14 +374,14 @@ def _run_line(data: dict[str, Any], number: int, metric: str) -> LogLine:
         description=data.get("description") or "",
         commit=data.get("commit"),
         run=data.get("run"),
-        timestamp=data.get("timestamp"),
-        confidence=data.get("confidence"),
+        timestamp=data["timestamp"] if finite(data.get("timestamp")) else None,
+        confidence=data["confidence"] if finite(data.get("confidence")) else None,
         asi=data.get("asi"),
         literature_source=data.get("literature_source"),
         segment=data.get("segment"),
+        fields={k: v for k, v in data.items() if k not in _RUN_FIELDS} or None,
+        notes=notes,
     )
-    if note:
-        line.notes.append(note)
     primary = data.get("metric")
     if finite(primary):
         line.values[metric] = float(primary)

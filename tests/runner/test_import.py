@@ -159,7 +159,7 @@ def test_lower_is_better_and_millisecond_timestamps(db: sqlite_utils.Database, t
         ("[1, 2]", "not a JSON object"),
         ('{"run": 9, "metric": 1.0, "status": "keep", "description": 5}', "description must be a string"),
         ('{"run": "9", "metric": 1.0, "status": "keep"}', "run '9' must be a number"),
-        ('{"run": 9, "metric": 1.0, "timestamp": "today"}', "timestamp 'today' must be a number"),
+        ('{"run": 9, "metric": 1.0, "literature_source": ["a"]}', "literature_source must be a string"),
         ('{"type": "config", "metricName": "tg", "bestDirection": "up"}', "bestDirection 'up'"),
         ('{"type": "config", "metricName": 5}', "metricName 5 must be a non-empty string"),
         ('{"type": "summary"}', "unknown line type 'summary'"),

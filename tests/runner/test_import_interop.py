@@ -286,13 +286,14 @@ def test_pi_lenient_fields_are_read_as_pi_reads_them(ws: Workspace, tmp_path: Pa
             run(4, 25.0, "Discard", description="capitalised"),
             run(5, None, "discard", metrics={"tok/s": 12}, description="metric null"),
             run(6, "12 t/s", "discard", description="metric a string"),
+            run(7, 16.0, timestamp="today", confidence="high", asi=["a list"], iteration=3),
         ],
     )
     result = import_log(ws.db(), log)
     assert result.skipped == []
     (imported,) = result.runs
     db = ws.db()
-    base, nostatus, unknown, capital, null, text = history.experiments(db, imported.id)
+    base, nostatus, unknown, capital, null, text, odd = history.experiments(db, imported.id)
     # Names are stored as written; a non-number in metrics is kept in the record, not a sample.
     assert samples_of(db, base.id) == [("A", "p50-ms", 20.0), ("A", "t g", 3.0), ("A", "tok/s", 11.5)]
     assert base.meta["unread"] == {"mem": "n/a", "rss_mb": None}
@@ -316,7 +317,12 @@ def test_pi_lenient_fields_are_read_as_pi_reads_them(ws: Workspace, tmp_path: Pa
         "status read as discard (pi-autoresearch reads it as keep)": 1,
         "no metric: no sample (pi-autoresearch reads 0)": 1,
         "metric is not a finite number: no sample (pi-autoresearch reads 0)": 1,
+        "timestamp is not a number: ignored, as pi-autoresearch does": 1,
+        "confidence is not a number: ignored, as pi-autoresearch does": 1,
     }
+    # Fields of the wrong kind that pi ignores are ignored; fields it does not know are kept.
+    assert (odd.status, odd.meta["pi_confidence"], odd.meta["asi"]) == ("kept", None, ["a list"])
+    assert odd.meta["fields"] == {"iteration": 3} and samples_of(db, odd.id)[-1] == ("B", "p50-ms", 16.0)
     text_out = browse(ws, result)[imported.name]
     assert "1 x no status: read as keep, as pi-autoresearch does" in text_out
 
