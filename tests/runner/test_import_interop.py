@@ -568,6 +568,8 @@ def test_pi_confidence_is_kept_apart_and_computed_per_segment(ws: Workspace, tmp
     assert [e.meta["pi_confidence"] for e in exps] == [None, None, 2.0, 4.0, 4.0]
     confidences = rows(db, "SELECT confidence FROM hypotheses WHERE dedupe_key LIKE ?", [f"import:{log}#%"])
     assert confidences == [{"confidence": None}] * 4
+    shown = cli(ws, "hypotheses", "show", str(exps[3].hypothesis_id))
+    assert shown.exit_code == 0 and "confidence ?" in shown.stdout and "confidence 4" not in shown.stdout
     # Values 10, 9.5, 11, 8, 10.5: median 10, MAD 0.5; best kept 8 against the baseline 10: 4.0.
     info = history.find_run(db, imported.id).summary["import"]  # type: ignore[index]
     assert imported.pi_confidence == pytest.approx(4.0) and info["pi_logged"] == 4.0
