@@ -22,6 +22,7 @@ import sqlite_utils
 
 from kb.db import one, rows
 from kb.errors import UserError
+from runner.stats import cell_pct
 
 #: Statuses an experiment can no longer leave.
 FINISHED_STATUSES = (
@@ -214,6 +215,16 @@ class ExperimentInfo:
         return self.decision.effect if self.decision else None
 
     @property
+    def difference(self) -> float | None:
+        """The effect as a difference (candidate − baseline, positive = better) where the decision
+        judged on that scale: an imported line whose values of 0 or below leave no ratio."""
+        d = self.decision
+        entry = d.metrics.get(d.metric) if d is not None and d.effect is None else None
+        if isinstance(entry, dict) and entry.get("scale") == "difference":
+            return _finite(entry.get("difference"))
+        return None
+
+    @property
     def ci(self) -> tuple[float | None, float | None]:
         return (self.decision.ci_low, self.decision.ci_high) if self.decision else (None, None)
 
@@ -237,6 +248,7 @@ class ExperimentInfo:
             "phase": self.phase,
             "reason": self.reason,
             "effect": self.effect,
+            "difference": self.difference,
             "ci": list(self.ci),
             "pairs": self.pairs,
             "verdict": self.decision.verdict if self.decision else None,
@@ -261,6 +273,13 @@ class ExperimentInfo:
             if self.winner_commit is None
             else {"commit": self.winner_commit, "patch_file": self.winner_patch_file},
         }
+
+
+def effect_cell(e: ExperimentInfo) -> str:
+    """The effect as a table cell: `+1.23%`, or `Δ+2 (diff)` where it was judged as a difference."""
+    if e.effect is None and e.difference is not None:
+        return f"Δ{e.difference:+.4g} (diff)"
+    return cell_pct(e.effect)
 
 
 @dataclass(frozen=True)

@@ -1,54 +1,67 @@
-"""Import a pi-autoresearch / SkyPilot-example `autoresearch.jsonl` log into the history.
-
-The log is one JSON object per line. A config line (`"type": "config"`, `metricName`,
-`bestDirection`, optional `name`, `metricUnit`) starts a segment; run lines follow (`run`,
-`commit`, `metric`, `metrics`, `status` keep|discard|crash|checks_failed, `description`,
-`timestamp`, `confidence`, `asi`, `literature_source`, `segment`).
+"""Import another loop's log into the history: pi-autoresearch's `autoresearch.jsonl` (or
+`.auto/log.jsonl`) or karpathy/autoresearch's `results.tsv`, read by runner.logformats.
 
 Each segment becomes one run (`runs.imported_from` = `<file>#segment=<n>`) with one wave. The first
-run line of a segment is its baseline measurement. Every other line becomes a hypothesis (origin
+line of a segment is its baseline measurement. Every other line becomes a hypothesis (origin
 `import`, its literature_source kept as a source ref) and an experiment with the mapped status and
 a single pair: side B is the line's own measurement, side A the value it was compared with (the
-segment's latest kept measurement, which is what that loop measured against). Its verdict is
+latest kept value of each metric, which is what those loops measured against). Its verdict is
 stored as a decision of origin `import` with the single-sample effect and no interval, so
-`autoresearch redecide` can show how little one sample decides.
+`autoresearch redecide` can show how little one sample decides. Values of zero or below are samples
+like any other; where a ratio is undefined the decision's effect is a difference instead (the
+decision's reason says so, and its `metrics` JSON holds `scale: difference`). A crash's metric (0 by
+convention) is kept in the record but is no sample.
 
-The whole file is checked before anything is written, and written in one transaction: a malformed
-line is a one-line error naming the file and line, and nothing is imported.
+pi-autoresearch's own confidence score (|best kept − baseline| / MAD of the segment's values) is
+computed per segment and stored in `runs.summary["import"]`, next to this product's paired test of
+the same comparison, so `history` and the report show where the two disagree. The confidence a line
+logged is kept in the experiment's `meta.pi_confidence`, never in the hypothesis' 0..1 `confidence`
+column.
+
+Long fields are capped where they are shown (titles, rationale, notes, source refs); the whole text
+stays in the experiment's `meta` (`description`, `asi`, `literature_source`).
+
+The whole file is read and checked before anything is written, and written in one transaction. By
+default a malformed line is a one-line error naming the file and line, and nothing is imported;
+`lenient` skips malformed lines, each with a warning, and counts them.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from kb.db import insert, log_event, now, one, rows, transaction
-from kb.errors import UserError, read_text
+from kb.errors import UserError
+from runner import stats
+from runner.logformats import (
+    PI_LIKELY,
+    PI_MARGINAL,
+    STATUS_MAP,
+    Format,
+    LogLine,
+    ParsedLog,
+    Segment,
+    Skipped,
+    cap,
+    finite,
+    parse,
+    pi_confidence,
+    pi_label,
+)
 
-STATUS_MAP = {"keep": "kept", "discard": "discarded", "crash": "crashed", "checks_failed": "checks_failed"}
 VERDICT_MAP = {"keep": "keep", "discard": "discard"}
-_METRIC_NAME = re.compile(r"[\w.µ]+")
+#: Shown lengths of imported text (the full text stays in the experiment's meta).
+TITLE_MAX = 200
+TEXT_MAX = 4000
+REF_MAX = 500
 _REF_PREFIXES = ("http://", "https://", "fork:", "gap:", "note:", "passage:", "evidence:")
-
-
-@dataclass
-class _Line:
-    number: int
-    data: dict[str, Any]
-
-
-@dataclass
-class _Segment:
-    index: int
-    config: dict[str, Any]
-    config_line: int | None
-    lines: list[_Line] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,9 @@ class ImportedRun:
     experiments: int
     kept: int
     imported_from: str
+    pi_confidence: float | None = None
+    paired_verdict: str | None = None
+    agree: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,91 +86,57 @@ class ImportedRun:
             "experiments": self.experiments,
             "kept": self.kept,
             "imported_from": self.imported_from,
+            "pi_confidence": self.pi_confidence,
+            "paired_verdict": self.paired_verdict,
+            "agree": self.agree,
         }
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+@dataclass(frozen=True)
+class ImportResult:
+    path: Path
+    format: Format
+    lines: int
+    runs: list[ImportedRun]
+    skipped: list[Skipped]
+    ignored: dict[str, int]
+    notes: dict[str, int]
+
+    @property
+    def imported_lines(self) -> int:
+        return sum(r.experiments for r in self.runs)
+
+    @property
+    def malformed(self) -> dict[str, int]:
+        """Malformed lines by what a lenient import did with them (skipped, or read with defaults)."""
+        return dict(Counter(s.action for s in self.skipped))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.path),
+            "format": self.format,
+            "lines": self.lines,
+            "imported_lines": self.imported_lines,
+            "runs": [r.to_json() for r in self.runs],
+            "skipped": [s.to_json() for s in self.skipped],
+            "malformed": self.malformed,
+            "ignored": self.ignored,
+            "notes": self.notes,
+        }
 
 
-def _fail(path: Path, number: int, reason: str) -> UserError:
-    return UserError(f"{path}:{number}: {reason}; nothing imported")
+def _cap_text(text: str, limit: int) -> str:
+    """Multi-line text cut at `limit` characters, saying how much more the record holds."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n[... {len(text) - limit} more characters in the experiment's meta]"
 
 
-def _check_config(path: Path, number: int, data: dict[str, Any]) -> dict[str, Any]:
-    metric = data.get("metricName")
-    if not isinstance(metric, str) or not _METRIC_NAME.fullmatch(metric):
-        raise _fail(path, number, f"config line: metricName {metric!r} must be a name matching [\\w.µ]+")
-    direction = data.get("bestDirection", "higher")
-    if direction not in ("higher", "lower"):
-        raise _fail(path, number, f"config line: bestDirection {direction!r} must be 'higher' or 'lower'")
-    for key in ("name", "metricUnit"):
-        if key in data and data[key] is not None and not isinstance(data[key], str):
-            raise _fail(path, number, f"config line: {key} must be a string")
-    return {
-        "name": data.get("name"),
-        "metric": metric,
-        "direction": direction,
-        "unit": data.get("metricUnit"),
-    }
-
-
-def _check_run(path: Path, number: int, data: dict[str, Any]) -> None:
-    status = data.get("status")
-    if status not in STATUS_MAP:
-        raise _fail(path, number, f"status {status!r} must be one of {', '.join(STATUS_MAP)}")
-    if "metric" not in data or not _finite(data["metric"]):
-        raise _fail(path, number, f"metric {data.get('metric')!r} must be a finite number")
-    metrics = data.get("metrics")
-    if metrics is not None:
-        if not isinstance(metrics, dict):
-            raise _fail(path, number, "metrics must be an object of name: number")
-        for name, value in metrics.items():
-            if not _METRIC_NAME.fullmatch(str(name)) or not _finite(value):
-                raise _fail(path, number, f"metrics: {name}={value!r} must be a name and a finite number")
-    for key in ("description", "commit", "literature_source"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise _fail(path, number, f"{key} must be a string")
-    for key in ("timestamp", "confidence", "run", "segment"):
-        if data.get(key) is not None and not _finite(data[key]):
-            raise _fail(path, number, f"{key} {data[key]!r} must be a number")
-    if data.get("asi") is not None and not isinstance(data["asi"], dict | str):
-        raise _fail(path, number, "asi must be an object")
-
-
-def parse(path: Path) -> list[_Segment]:
-    """Read and check the whole log (no database access). Raises UserError on the first bad line."""
-    text = read_text(path)
-    segments: list[_Segment] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(data, dict):
-            raise _fail(path, number, "not a JSON object")
-        kind = data.get("type")
-        if kind == "config":
-            segments.append(_Segment(len(segments), _check_config(path, number, data), number))
-            continue
-        if kind not in (None, "run"):
-            raise _fail(path, number, f"unknown line type {kind!r} (expected config or a run line)")
-        _check_run(path, number, data)
-        if not segments:  # run lines before any config line: a segment with a generic metric name
-            segments.append(
-                _Segment(0, {"name": None, "metric": "metric", "direction": "higher", "unit": None}, None)
-            )
-        segments[-1].lines.append(_Line(number, data))
-    segments = [s for s in segments if s.lines]
-    if not segments:
-        raise UserError(f"{path}: no run lines; nothing imported")
-    return segments
+# --- writing the runs ---------------------------------------------------------------------------------
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].rstrip("-")
+    return re.sub(r"[^a-z0-9]+", "-", text[:400].lower()).strip("-")[:40].rstrip("-")
 
 
 def _unique_name(db: sqlite_utils.Database, base: str) -> str:
@@ -166,27 +148,39 @@ def _unique_name(db: sqlite_utils.Database, base: str) -> str:
 
 
 def _source_ref(text: str) -> str:
-    text = " ".join(text.split())
+    text = cap(text, REF_MAX)
     return text if text.startswith(_REF_PREFIXES) else f"note:{text}"
 
 
 def _stamp(value: Any, fallback: float) -> float:
-    if not _finite(value):
+    if not finite(value):
         return fallback
     seconds = float(value)
-    return seconds / 1000 if seconds > 1e11 else seconds  # milliseconds in some logs
+    return seconds / 1000 if seconds > 1e11 else seconds  # milliseconds in pi's logs
 
 
-def _better_ratio(value: float, reference: float, direction: str) -> float | None:
-    if value <= 0 or reference <= 0:
-        return None
-    return value / reference - 1 if direction == "higher" else reference / value - 1
+def _better(value: float, reference: float, direction: str) -> tuple[float | None, float | None]:
+    """(relative effect, difference), positive = better. The ratio needs two positive values;
+    the difference is given only where the ratio is undefined."""
+    if value > 0 and reference > 0:
+        return (value / reference - 1 if direction == "higher" else reference / value - 1), None
+    return None, (value - reference if direction == "higher" else reference - value)
 
 
-def import_jsonl(db: sqlite_utils.Database, path: Path, *, name: str | None = None) -> list[ImportedRun]:
-    """Import every segment of the log as a run; returns the runs made. All or nothing."""
+def import_log(
+    db: sqlite_utils.Database,
+    path: Path,
+    *,
+    name: str | None = None,
+    fmt: str = "auto",
+    lenient: bool = False,
+    metric: str | None = None,
+    direction: str | None = None,
+) -> ImportResult:
+    """Import every segment of the log as a run. All or nothing: the file is read and checked
+    first, then written in one transaction."""
     path = path.expanduser().resolve()
-    segments = parse(path)
+    log = parse(path, fmt=fmt, lenient=lenient, metric=metric, direction=direction)
     origin_prefix = f"{path}#"
     imported: list[ImportedRun] = []
     with transaction(db):
@@ -196,25 +190,98 @@ def import_jsonl(db: sqlite_utils.Database, path: Path, *, name: str | None = No
         if earlier:
             names = ", ".join(r["name"] for r in earlier)
             raise UserError(f"{path}: already imported (run {names}); nothing imported")
-        for segment in segments:
-            imported.append(_import_segment(db, path, segment, name, multi=len(segments) > 1))
-    return imported
+        for segment in log.segments:
+            imported.append(_import_segment(db, log, segment, name, multi=len(log.segments) > 1))
+        if log.skipped:
+            first = log.skipped[0]
+            log_event(
+                db,
+                "import",
+                f"{len(log.skipped)} malformed lines of {path.name} skipped or read with pi's defaults "
+                f"(--lenient); the first, line {first.line}: {cap(first.reason, 200)}",
+                level="warning",
+                run_id=imported[0].id,
+                data={"file": str(path), "skipped": [s.to_json() for s in log.skipped[:1000]]},
+            )
+    return ImportResult(
+        path=path,
+        format=log.format,
+        lines=log.lines,
+        runs=imported,
+        skipped=log.skipped,
+        ignored=dict(log.ignored),
+        notes=dict(log.notes),
+    )
+
+
+def import_jsonl(db: sqlite_utils.Database, path: Path, *, name: str | None = None) -> list[ImportedRun]:
+    """Import a pi-autoresearch jsonl log strictly; returns the runs made."""
+    return import_log(db, path, name=name, fmt="jsonl").runs
+
+
+def _segment_comparison(segment: Segment, experiment_ids: list[int]) -> dict[str, Any]:
+    """pi's confidence for the segment next to a paired test of the same comparison (best kept
+    against the baseline), and whether the two agree."""
+    metric, direction = segment.metric, segment.direction
+    pi_values = [line.values.get(metric, 0.0) for line in segment.lines]
+    score = pi_confidence(pi_values, [line.pi_status for line in segment.lines], direction)
+    logged = segment.lines[-1].confidence
+    baseline = segment.lines[0].values.get(metric)
+    kept = [
+        (line.values[metric], eid)
+        for line, eid in list(zip(segment.lines, experiment_ids, strict=True))[1:]
+        if line.status == "keep" and metric in line.values
+    ]
+    out: dict[str, Any] = {
+        "pi_confidence": score,
+        "pi_label": pi_label(score),
+        "pi_logged": logged,
+        "baseline": baseline,
+        "best_kept": None,
+        "best_experiment": None,
+        "paired": None,
+        "agree": None,
+    }
+    if not kept or baseline is None:
+        out["paired_reason"] = "no kept value after the baseline, or no baseline value, to compare"
+        return out
+    best, best_id = (max if direction == "higher" else min)(kept, key=lambda x: x[0])
+    out.update(best_kept=best, best_experiment=best_id)
+    if baseline <= 0 or best <= 0:
+        out["paired_reason"] = "values of 0 or below: no log ratio, so no paired test"
+        return out
+    side: stats.Direction = "higher" if direction == "higher" else "lower"
+    decision = stats.decide_paired([baseline], [best], stats.Policy(direction=side), final=True)
+    out["paired"] = {"verdict": decision.verdict, "effect": decision.effect, "pairs": decision.pairs}
+    out["paired_reason"] = (
+        f"one measurement of each side: a paired test needs at least {stats.MIN_VALUES} pairs"
+        if decision.pairs < stats.MIN_VALUES
+        else decision.reason
+    )
+    if score is not None:
+        # They disagree when pi calls the gain likely real and the test does not keep it, or pi
+        # calls it noise and the test keeps it.
+        out["agree"] = not (
+            (score >= PI_LIKELY and decision.verdict != "keep")
+            or (score < PI_MARGINAL and decision.verdict == "keep")
+        )
+    return out
 
 
 def _import_segment(
-    db: sqlite_utils.Database, path: Path, segment: _Segment, name: str | None, *, multi: bool
+    db: sqlite_utils.Database, log: ParsedLog, segment: Segment, name: str | None, *, multi: bool
 ) -> ImportedRun:
-    cfg = segment.config
-    metric, direction = cfg["metric"], cfg["direction"]
-    base_name = name or f"import-{_slug(cfg['name'] or path.stem) or 'log'}"
+    path = log.path
+    metric, direction = segment.metric, segment.direction
+    base_name = name or f"import-{_slug(segment.name or path.stem) or 'log'}"
     if multi:
         base_name = f"{base_name}-s{segment.index}"
     run_name = _unique_name(db, base_name)
     imported_from = f"{path}#segment={segment.index}"
     stamp = now()
-    first = segment.lines[0].data
-    times = [_stamp(line.data.get("timestamp"), stamp) for line in segment.lines]
-    policy = {"metric": metric, "direction": direction, "unit": cfg["unit"], "origin": "import"}
+    first = segment.lines[0]
+    times = [_stamp(line.timestamp, stamp) for line in segment.lines]
+    policy = {"metric": metric, "direction": direction, "unit": segment.unit, "origin": "import"}
     run_id = insert(
         db,
         "runs",
@@ -222,8 +289,8 @@ def _import_segment(
             "name": run_name,
             "status": "finished",
             "branch": None,
-            "baseline_commit": first.get("commit"),
-            "head_commit": first.get("commit"),
+            "baseline_commit": first.commit,
+            "head_commit": first.commit,
             "backend": "import",
             "policy": policy,
             "imported_from": imported_from,
@@ -237,7 +304,7 @@ def _import_segment(
         {
             "run_id": run_id,
             "number": 1,
-            "baseline_commit": first.get("commit") or "unknown",
+            "baseline_commit": first.commit or "unknown",
             "status": "finished",
             "started_at": min(times),
             "ended_at": max(times),
@@ -245,131 +312,45 @@ def _import_segment(
     )
     reference: dict[str, float] = {}
     reference_commit: str | None = None
-    head: str | None = first.get("commit")
+    head = first.commit
     kept = 0
+    experiment_ids: list[int] = []
     for position, (line, when) in enumerate(zip(segment.lines, times, strict=True)):
-        data = line.data
-        status = data["status"]
-        values = {metric: float(data["metric"])}
-        values.update({str(k): float(v) for k, v in (data.get("metrics") or {}).items()})
-        # A crash's metric (usually 0) measured nothing; non-positive values cannot be ratios.
-        measured = {} if status == "crash" else {k: v for k, v in values.items() if v > 0}
-        is_baseline = position == 0
-        description = " ".join(str(data.get("description") or "").split())
-        title = description or (
-            f"run {data['run']}" if data.get("run") is not None else f"line {line.number}"
+        experiment_id = _import_line(
+            db, log, segment, line, when, position == 0, reference, reference_commit, run_id, wave_id, policy
         )
-        asi = data.get("asi")
-        hypothesis_id = None
-        if not is_baseline:
-            rationale = ""
-            if isinstance(asi, dict):
-                rationale = str(asi.get("hypothesis") or asi.get("rationale") or "")
-            hypothesis_id = insert(
-                db,
-                "hypotheses",
-                {
-                    "title": title,
-                    "rationale": rationale,
-                    "status": "patched",
-                    "origin": "import",
-                    "confidence": data.get("confidence"),
-                    "notes": json.dumps(asi, sort_keys=True) if asi is not None else None,
-                    "dedupe_key": f"import:{imported_from}:{line.number}",
-                    "created_at": when,
-                    "updated_at": when,
-                },
-            )
-            if data.get("literature_source"):
-                insert(
-                    db,
-                    "hypothesis_sources",
-                    {"hypothesis_id": hypothesis_id, "ref": _source_ref(data["literature_source"])},
-                )
-        exp_status = STATUS_MAP[status]
-        experiment_id = insert(
-            db,
-            "experiments",
-            {
-                "run_id": run_id,
-                "wave_id": wave_id,
-                "hypothesis_id": hypothesis_id,
-                "kind": "candidate",
-                "title": title,
-                "status": exp_status,
-                "baseline_commit": reference_commit or first.get("commit"),
-                "candidate_commit": data.get("commit"),
-                "meta": {
-                    "imported": True,
-                    "line": line.number,
-                    "run": data.get("run"),
-                    "segment": data.get("segment", segment.index),
-                    "original_status": status,
-                    "baseline": is_baseline,
-                    "confidence": data.get("confidence"),
-                    "asi": asi,
-                    "metric_unit": cfg["unit"],
-                },
-                "created_at": when,
-                "started_at": when,
-                "ended_at": when,
-            },
-        )
-        # The baseline measurement is side A; any other line's own value is side B, and side A is
-        # the measurement it was compared with.
-        sides = [("A", measured)] if is_baseline else [("B", measured), ("A", reference)]
-        for side, side_values in sides:
-            for name_, value in side_values.items():
-                if side == "A" and name_ not in measured:
-                    continue
-                insert(
-                    db,
-                    "samples",
-                    {
-                        "experiment_id": experiment_id,
-                        "pair": 0,
-                        "side": side,
-                        "metric": name_,
-                        "seq": 0,
-                        "value": value,
-                        "created_at": when,
-                    },
-                )
-        if not is_baseline and status in VERDICT_MAP:
-            effect = (
-                _better_ratio(values[metric], reference[metric], direction) if metric in reference else None
-            )
-            confidence = data.get("confidence")
-            insert(
-                db,
-                "decisions",
-                {
-                    "experiment_id": experiment_id,
-                    "verdict": VERDICT_MAP[status],
-                    "metric": metric,
-                    "effect": effect,
-                    "pairs": 1,
-                    "reason": f"imported verdict {status!r} from one sample"
-                    + (f" (confidence {confidence})" if confidence is not None else ""),
-                    "policy": policy,
-                    "metrics": {k: {"candidate": v, "baseline": reference.get(k)} for k, v in values.items()},
-                    "is_final": 1,
-                    "origin": "import",
-                    "created_at": when,
-                },
-            )
-        if status == "keep" and measured:
-            reference = dict(measured)
-            reference_commit = data.get("commit") or reference_commit
-            head = data.get("commit") or head
+        experiment_ids.append(experiment_id)
+        measured = {} if line.status == "crash" else line.values
+        if line.status == "keep" or (position == 0 and measured):
+            # What the next lines are compared with: the latest kept value of each metric (the
+            # baseline line is the first reference whatever its status, as pi's baseline is).
+            reference.update(measured)
+        if line.status == "keep":
+            reference_commit = line.commit or reference_commit
+            head = line.commit or head
             kept += 1
-    db.execute("UPDATE runs SET head_commit = ? WHERE id = ?", [head, run_id])
+    comparison = _segment_comparison(segment, experiment_ids)
+    summary = {
+        "import": {
+            "format": log.format,
+            "file": str(path),
+            "session": cap(segment.name, TITLE_MAX) if segment.name else None,
+            "segment": segment.index,
+            "config_line": segment.config_line,
+            "lines": len(segment.lines),
+            "notes": dict(Counter(note for line in segment.lines for note in line.notes)),
+            **comparison,
+        }
+    }
+    db.execute(
+        "UPDATE runs SET head_commit = ?, summary = ? WHERE id = ?", [head, json.dumps(summary), run_id]
+    )
     log_event(
         db,
         "import",
         f"imported {len(segment.lines)} lines of {path.name} (segment {segment.index}) as run {run_name}",
         run_id=run_id,
-        data={"file": str(path), "segment": segment.index},
+        data={"file": str(path), "segment": segment.index, "format": log.format},
     )
     return ImportedRun(
         id=run_id,
@@ -379,4 +360,217 @@ def _import_segment(
         experiments=len(segment.lines),
         kept=kept,
         imported_from=imported_from,
+        pi_confidence=comparison["pi_confidence"],
+        paired_verdict=(comparison["paired"] or {}).get("verdict"),
+        agree=comparison["agree"],
     )
+
+
+def _import_line(
+    db: sqlite_utils.Database,
+    log: ParsedLog,
+    segment: Segment,
+    line: LogLine,
+    when: float,
+    is_baseline: bool,
+    reference: dict[str, float],
+    reference_commit: str | None,
+    run_id: int,
+    wave_id: int,
+    policy: dict[str, Any],
+) -> int:
+    metric, direction = segment.metric, segment.direction
+    imported_from = f"{log.path}#segment={segment.index}"
+    status = line.status
+    # A crash's metric (0 by convention) measured nothing: kept in meta, never a sample.
+    measured = {} if status == "crash" else line.values
+    label = f"run {line.run:g}" if line.run is not None else f"line {line.number}"
+    title = cap(line.description, TITLE_MAX) or label
+    hypothesis_id = None
+    if not is_baseline:
+        rationale = ""
+        if isinstance(line.asi, dict):
+            rationale = str(line.asi.get("hypothesis") or line.asi.get("rationale") or "")
+        hypothesis_id = insert(
+            db,
+            "hypotheses",
+            {
+                "title": title,
+                "rationale": _cap_text(rationale, TEXT_MAX),
+                "status": "patched",
+                "origin": "import",
+                # pi's confidence is a multiple of its noise floor, not this column's 0..1: it is
+                # kept in the experiment's meta.pi_confidence.
+                "confidence": None,
+                "notes": _cap_text(json.dumps(line.asi, sort_keys=True), TEXT_MAX)
+                if line.asi is not None
+                else None,
+                "dedupe_key": f"import:{imported_from}:{line.number}",
+                "created_at": when,
+                "updated_at": when,
+            },
+        )
+        if line.literature_source:
+            insert(
+                db,
+                "hypothesis_sources",
+                {"hypothesis_id": hypothesis_id, "ref": _source_ref(line.literature_source)},
+            )
+    experiment_id = insert(
+        db,
+        "experiments",
+        {
+            "run_id": run_id,
+            "wave_id": wave_id,
+            "hypothesis_id": hypothesis_id,
+            "kind": "candidate",
+            "title": title,
+            "status": STATUS_MAP[status],
+            "baseline_commit": reference_commit or segment.lines[0].commit,
+            "candidate_commit": line.commit,
+            "meta": {
+                "imported": True,
+                "format": log.format,
+                "line": line.number,
+                "run": line.run,
+                "segment": line.segment if line.segment is not None else segment.index,
+                "original_status": line.original_status,
+                "pi_status": line.pi_status,
+                "baseline": is_baseline,
+                "pi_confidence": line.confidence,
+                "asi": line.asi,
+                "metric_unit": segment.unit,
+                "description": line.description,
+                "literature_source": line.literature_source,
+                "values": line.values,
+                "fields": line.fields,
+                "unread": line.unread or None,
+                "read_as": line.notes or None,
+            },
+            "created_at": when,
+            "started_at": when,
+            "ended_at": when,
+        },
+    )
+    # The baseline measurement is side A; any other line's own value is side B, and side A the
+    # value it was compared with.
+    sides = (
+        [("A", measured)]
+        if is_baseline
+        else [("B", measured), ("A", {k: reference[k] for k in measured if k in reference})]
+    )
+    for side, side_values in sides:
+        for name_, value in side_values.items():
+            insert(
+                db,
+                "samples",
+                {
+                    "experiment_id": experiment_id,
+                    "pair": 0,
+                    "side": side,
+                    "metric": name_,
+                    "seq": 0,
+                    "value": value,
+                    "created_at": when,
+                },
+            )
+    if not is_baseline and status in VERDICT_MAP:
+        _import_decision(db, line, metric, direction, reference, experiment_id, policy, when)
+    return experiment_id
+
+
+def _import_decision(
+    db: sqlite_utils.Database,
+    line: LogLine,
+    metric: str,
+    direction: str,
+    reference: dict[str, float],
+    experiment_id: int,
+    policy: dict[str, Any],
+    when: float,
+) -> None:
+    effect = difference = None
+    reason = f"imported verdict {line.status!r} from one sample"
+    if line.status != line.original_status:
+        reason += f" (the log says {cap(str(line.original_status), 40)!r})"
+    if metric in line.values and metric in reference:
+        effect, difference = _better(line.values[metric], reference[metric], direction)
+        if difference is not None:
+            reason += (
+                f"; on a difference scale ({metric} {line.values[metric]:g} against {reference[metric]:g}: "
+                f"{difference:+g}, positive = better), a ratio being undefined for values of 0 or below"
+            )
+    else:
+        reason += f"; no value of {metric} to compare, so no effect"
+    if line.confidence is not None:
+        reason += f" (pi confidence {line.confidence:g})"
+    per_metric: dict[str, Any] = {
+        k: {"candidate": v, "baseline": reference.get(k)} for k, v in line.values.items()
+    }
+    if difference is not None:
+        per_metric[metric].update(scale="difference", difference=difference)
+    insert(
+        db,
+        "decisions",
+        {
+            "experiment_id": experiment_id,
+            "verdict": VERDICT_MAP[line.status],
+            "metric": metric,
+            "effect": effect,
+            "pairs": 1,
+            "reason": reason,
+            "policy": policy,
+            "metrics": per_metric,
+            "is_final": 1,
+            "origin": "import",
+            "created_at": when,
+        },
+    )
+
+
+# --- describing an imported run --------------------------------------------------------------------
+
+
+def summary_lines(run_summary: dict[str, Any] | None) -> list[str]:
+    """What the import of a run read and how pi-autoresearch's confidence compares with a paired
+    test, as lines for `history` and the report (empty for a run that was not imported)."""
+    info = (run_summary or {}).get("import")
+    if not isinstance(info, dict):
+        return []
+    where = f"config line {info['config_line']}" if info.get("config_line") else "no config line"
+    segment, session = info.get("segment"), info.get("session")
+    named = f" {session!r}" if session else ""
+    lines, fmt = info.get("lines"), info.get("format")
+    out = [f"Imported {lines} lines of a {fmt} log{named} (segment {segment}, {where})"]
+    score, logged = info.get("pi_confidence"), info.get("pi_logged")
+    if score is None:
+        text = (
+            "pi-autoresearch's confidence: not computable (it needs 3 values above 0 that vary, "
+            "and a kept value other than the baseline)"
+        )
+    else:
+        text = f"pi-autoresearch's confidence: {score:.2f}x its noise floor ({pi_label(score)})"
+    if finite(logged):
+        text += f"; the log's last line says {logged:.2f}x"
+    out.append(text)
+    best, baseline = info.get("best_kept"), info.get("baseline")
+    paired = info.get("paired")
+    if best is not None and baseline is not None:
+        number = info.get("best_experiment")
+        target = f"the best kept value ({best:g}, #{number}) against the baseline ({baseline:g})"
+    else:
+        target = "the best kept value against the baseline"
+    verdict = paired.get("verdict") if isinstance(paired, dict) else None
+    out.append(f"Paired test of {target}: {verdict or 'none'} ({info.get('paired_reason')})")
+    agree = info.get("agree")
+    if agree is False:
+        out.append(
+            f"They disagree: pi-autoresearch calls the gain {pi_label(score)}, the paired test "
+            + ("keeps it" if verdict == "keep" else "cannot keep it")
+        )
+    elif agree is True:
+        out.append("They agree")
+    notes = info.get("notes") or {}
+    if notes:
+        out.append("Read as noted: " + "; ".join(f"{n} x {note}" for note, n in notes.items()))
+    return out

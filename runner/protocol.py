@@ -23,7 +23,8 @@ Side = Literal["A", "B"]
 Phase = Literal["setup", "build", "bench", "checks"]
 
 NAME = re.compile(r"[\w.µ]+")
-NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: A plain decimal number in ASCII digits only: Python's `\d` and float() also take `١٢` or `１２`.
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _METRIC_START = re.compile(r"METRIC\s")
 MARKER_PREFIX = "@@AR "
 PHASES: tuple[str, ...] = ("setup", "build", "bench", "checks")
@@ -64,6 +65,17 @@ def parse_metric_line(line: str) -> Metric | Rejected | None:
     if not math.isfinite(number):  # e.g. 1e999 overflows to inf
         return Rejected(line, f"metric {name}: {value!r} is not finite")
     return Metric(name, number)
+
+
+def plain_number(text: str) -> float | None:
+    """A finite number written as METRIC values are (ASCII decimal: `12`, `-0.5`, `1e3`), else None.
+    For other inputs of numbers (analyze's files, a results.tsv): `١٢`, `１２`, `1_000`, `nan`,
+    `0x10` are not numbers, whatever Python's float() accepts."""
+    token = text.strip()
+    if not NUMBER.fullmatch(token):
+        return None
+    value = float(token)
+    return value if math.isfinite(value) else None
 
 
 # --- job logs --------------------------------------------------------------------------------------

@@ -218,6 +218,16 @@ def redecide(
                 }
             )
             continue
+        if not stats.ratio_defined(base + cand):
+            skipped.append(
+                {
+                    "id": exp.id,
+                    "title": exp.title,
+                    "status": exp.status,
+                    "why": f"values of {metric} of 0 or below: no log ratio to judge",
+                }
+            )
+            continue
         by_wave.setdefault(exp.wave_id, {})[exp.id] = (base, cand)
         info[exp.id] = exp
 

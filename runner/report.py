@@ -25,6 +25,7 @@ import sqlite_utils
 
 from kb.errors import UserError
 from runner import history
+from runner.importer import summary_lines
 from runner.stats import cell_interval, cell_pct
 from runner.winners import provenance
 
@@ -175,6 +176,7 @@ def _run_blocks(run: history.RunInfo) -> list[Block]:
     ]
     if run.imported_from:
         items.append(f"Imported from: {run.imported_from}")
+        items += summary_lines(run.summary)
     if run.branch:
         items.append(f"Branch: {run.branch} ({_short(run.baseline_commit)} -> {_short(run.head_commit)})")
     items.append(f"Baseline commit: {run.baseline_commit or '-'}")
@@ -237,7 +239,9 @@ def _waves_blocks(waves: list[history.WaveInfo]) -> list[Block]:
     ]
 
 
-def _experiments_blocks(exps: list[history.ExperimentInfo]) -> list[Block]:
+def _experiments_blocks(exps: list[history.ExperimentInfo], *, imported: bool = False) -> list[Block]:
+    """The experiments table; an imported run's has a last column: the confidence pi-autoresearch
+    logged on each line (a multiple of its noise floor, next to this product's verdict)."""
     table_rows = []
     for e in exps:
         d = e.decision
@@ -253,20 +257,16 @@ def _experiments_blocks(exps: list[history.ExperimentInfo]) -> list[Block]:
                 e.title,
                 status,
                 d.verdict if d else "",
-                cell_pct(e.effect),
+                history.effect_cell(e),
                 cell_interval(*e.ci),
                 str(e.pairs) if d else "",
                 f"{d.noise:.2%}" if d and d.noise is not None else "",
                 _num(d.q_value) if d else "",
+                *([_num(_float(e.meta.get("pi_confidence")), ".3g")] if imported else []),
             ]
         )
-    return [
-        Heading("Experiments"),
-        Table(
-            ["#", "Wave", "Kind", "Title", "Status", "Verdict", "Effect", "CI", "Pairs", "Noise", "q"],
-            table_rows,
-        ),
-    ]
+    headers = ["#", "Wave", "Kind", "Title", "Status", "Verdict", "Effect", "CI", "Pairs", "Noise", "q"]
+    return [Heading("Experiments"), Table(headers + (["pi confidence"] if imported else []), table_rows)]
 
 
 def _stack_blocks(run: history.RunInfo, exps: list[history.ExperimentInfo]) -> list[Block]:
@@ -276,7 +276,8 @@ def _stack_blocks(run: history.RunInfo, exps: list[history.ExperimentInfo]) -> l
     `meta.left_out`); runs.summary is shown raw only when those rows are missing."""
     stack = [e for e in exps if e.kind in ("stack", "final")]
     ablations = [e for e in exps if e.kind == "ablation"]
-    summary = run.summary or {}
+    # An imported run's summary says what the import read; the run section shows it.
+    summary = {k: v for k, v in (run.summary or {}).items() if k != "import"}
     if not stack and not ablations and not summary:
         return []
     blocks: list[Block] = [Heading("Final stack and ablation")]
@@ -377,7 +378,7 @@ def build(
     blocks: list[Block] = [Heading(f"Run {run.name}", level=1), *_run_blocks(run)]
     blocks += _self_test_blocks(run)
     blocks += _waves_blocks(history.waves(db, run.id))
-    blocks += _experiments_blocks(exps)
+    blocks += _experiments_blocks(exps, imported=bool(run.imported_from))
     if plot is not None:
         blocks.append(Image(plot, f"Effect on {run.metric or 'the primary metric'} per experiment"))
     blocks += _stack_blocks(run, exps)

@@ -504,11 +504,20 @@ class _Evidence:
     detail: str = ""
 
 
+def ratio_defined(values: Sequence[float]) -> bool:
+    """Whether the log-ratio scale can judge these values: every one a positive finite number."""
+    return all(_positive(float(v)) for v in values)
+
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
 def _logs(values: Sequence[float], side: str) -> list[float]:
     out: list[float] = []
     for i, value in enumerate(values, 1):
         v = float(value)
-        if not math.isfinite(v) or v <= 0:
+        if not _positive(v):
             raise UserError(f"{side} value #{i} is {value!r}: values must be positive numbers")
         out.append(math.log(v))
     return out

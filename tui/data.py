@@ -1041,6 +1041,8 @@ class ExperimentRow:
     ci_high: float | None
     pairs: int
     winner: bool
+    difference: float | None = None
+    """The effect as a difference where it was judged on that scale (values of 0 or below)."""
 
 
 @dataclass(frozen=True)
@@ -1094,6 +1096,7 @@ def run_experiments(
                 ci_high=e.ci[1],
                 pairs=e.pairs,
                 winner=e.winner_commit is not None,
+                difference=e.difference,
             )
             for e in history.experiments_page(db, run_id, offset, limit)
         ],

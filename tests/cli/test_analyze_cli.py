@@ -100,7 +100,11 @@ def test_single_look_versus_the_runners_sequential_look(tmp_path: Path) -> None:
     [
         ("1.5\n2.5\nfast\n", "a.txt:3: not a number: 'fast'"),
         ("1.5\n\n-2\n", "a.txt:3: -2 is not a positive number"),
-        ("1.5\nnan\n", "a.txt:2: nan is not a positive number"),
+        ("1.5\nnan\n", "a.txt:2: not a number: 'nan'"),
+        # Only ASCII decimal numbers count: float() would read these as 12 and 1000.
+        ("1.5\n\u0661\u0662\n", "a.txt:2: not a number: '\u0661\u0662'"),
+        ("1.5\n\uff11\uff12\n", "a.txt:2: not a number: '\uff11\uff12'"),
+        ("1.5\n1_000\n", "a.txt:2: not a number: '1_000'"),
         ("\n\n", "a.txt: holds no numbers"),
     ],
 )

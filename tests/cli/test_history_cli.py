@@ -118,11 +118,11 @@ def test_import_then_browse(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "already imported" in again.output
 
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(SAMPLE.read_text().replace('"status":"discard"', '"status":"maybe"'))
+    bad.write_text(SAMPLE.read_text().replace('"description":"prefetch', '"description":3,"d":"prefetch'))
     failed = CliRunner().invoke(main, ["--workspace", str(h.ws.root), "import", str(bad), "--json"])
     assert failed.exit_code == 1
     assert failed.output.strip() == (
-        f"Error: {bad}:3: status 'maybe' must be one of keep, discard, crash, checks_failed; nothing imported"
+        f"Error: {bad}:3: description must be a string; nothing imported (--lenient skips malformed lines)"
     )
     assert len(json.loads(invoke(h, "history", "--json").output)["runs"]) == 3
 

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from kb.errors import UserError, read_text
+from runner.protocol import plain_number
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
@@ -124,18 +125,17 @@ def cli(
 
 
 def read_numbers(path: Path) -> list[float]:
-    """Positive numbers, one a line; blank lines ignored; anything else names its line."""
-    text = read_text(path)
+    """Positive numbers (ASCII decimal), one a line; blank lines ignored; anything else names its line."""
+    text = read_text(path).removeprefix("\ufeff")
     values: list[float] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         token = line.strip()
         if not token:
             continue
-        try:
-            value = float(token)
-        except ValueError:
-            raise UserError(f"{path}:{lineno}: not a number: {token[:40]!r}") from None
-        if not math.isfinite(value) or value <= 0:
+        value = plain_number(token)
+        if value is None:
+            raise UserError(f"{path}:{lineno}: not a number: {token[:40]!r}")
+        if value <= 0:
             raise UserError(f"{path}:{lineno}: {token} is not a positive number")
         values.append(value)
     if not values:

@@ -6,6 +6,7 @@ Each command opens the workspace database in its own process and only reads, exc
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,11 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     click.echo(f"Run {run.id} {run.name}: {run.status}")
     click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
+        from runner.importer import summary_lines
+
         click.echo(f"  imported from {run.imported_from}")
+        for line in summary_lines(run.summary):
+            click.echo(f"  {line}")
     if run.branch:
         click.echo(f"  branch {run.branch}: {_short(run.baseline_commit)} -> {_short(run.head_commit)}")
     if run.policy:
@@ -70,7 +75,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
                 + (f": {e.reason}" if e.reason else "")
                 + (f" ({e.phase})" if e.status == "running" else ""),
                 e.decision.verdict if e.decision else "",
-                cell_pct(e.effect),
+                history.effect_cell(e),
                 cell_interval(*e.ci),
                 e.pairs or "",
                 e.title,
@@ -228,7 +233,9 @@ def redecide(
     for item in result.items if show_all else result.flips:
         click.echo(("  * " if item.flipped else "    ") + format_flip(item))
     if result.skipped:
-        click.echo(f"  {len(result.skipped)} not re-decided (checks_failed, crashed, refused, ...)")
+        click.echo(f"  {len(result.skipped)} not re-decided:")
+        for why, n in Counter(str(s["why"]) for s in result.skipped).most_common():
+            click.echo(f"    {n} x {why}")
     if save:
         click.echo(f"  saved {result.saved} decisions (origin redecide)")
 
@@ -236,21 +243,65 @@ def redecide(
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", default=None, help="Run name (default: import-<config name>).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "jsonl", "tsv"]),
+    default="auto",
+    show_default=True,
+    help="jsonl: pi-autoresearch's autoresearch.jsonl / .auto/log.jsonl; tsv: karpathy/autoresearch's "
+    "results.tsv; auto: a .tsv file or a tab-separated header is tsv.",
+)
+@click.option(
+    "--lenient", is_flag=True, help="Skip malformed lines (a warning each) instead of importing nothing."
+)
+@click.option("--metric", default=None, help="results.tsv: the primary metric column (default: the first).")
+@click.option(
+    "--direction",
+    type=click.Choice(["higher", "lower"]),
+    default=None,
+    help="results.tsv: which way is better (default: lower, as val_bpb).",
+)
 @json_option
 @click.pass_context
-def import_(ctx: click.Context, file: Path, name: str | None, as_json: bool) -> None:
-    """Import an autoresearch.jsonl log (pi-autoresearch, SkyPilot example) into the history: one
-    run per config segment, its lines as experiments with a single sample each."""
-    from runner.importer import import_jsonl
+def import_(
+    ctx: click.Context,
+    file: Path,
+    name: str | None,
+    fmt: str,
+    lenient: bool,
+    metric: str | None,
+    direction: str | None,
+    as_json: bool,
+) -> None:
+    """Import another loop's log into the history: a pi-autoresearch autoresearch.jsonl (or
+    .auto/log.jsonl; also the SkyPilot example's) or a karpathy/autoresearch results.tsv. One run
+    per config segment, its lines as experiments with a single sample each."""
+    from runner.importer import import_log
+    from runner.logformats import cap
 
     ws = workspace(ctx)
-    imported = import_jsonl(ws.db(), file, name=name)
+    result = import_log(
+        ws.db(), file, name=name, fmt=fmt, lenient=lenient, metric=metric, direction=direction
+    )
+    for s in result.skipped:
+        click.echo(f"warning: {result.path}:{s.line}: {cap(s.reason, 300)}; {s.action}", err=True)
     if as_json:
-        echo_json({"runs": [r.to_json() for r in imported]})
+        echo_json(result.to_json())
         return
-    for r in imported:
+    for r in result.runs:
+        pi = "" if r.pi_confidence is None else f"; pi confidence {r.pi_confidence:.1f}x"
         click.echo(
             f"Imported run {r.id} {r.name}: {r.experiments} experiments, {r.kept} kept "
-            f"({r.metric}, {r.direction} is better)"
+            f"({r.metric}, {r.direction} is better{pi})"
         )
+    click.echo(
+        f"{result.lines} lines read ({result.format}), {result.imported_lines} imported as experiments"
+        + "".join(
+            f", {n} {kind} lines skipped as pi-autoresearch skips them" for kind, n in result.ignored.items()
+        )
+        + "".join(f", {n} malformed lines {action} (--lenient)" for action, n in result.malformed.items())
+    )
+    for note, n in sorted(result.notes.items(), key=lambda item: -item[1]):
+        click.echo(f"  {n} x {note}")
     click.echo("Browse with: autoresearch history --run NAME; re-analyse with: autoresearch redecide NAME")

@@ -189,7 +189,9 @@ class HistoryScreen(AppScreen):
             right(e.wave if e.wave is not None else "-"),
             cell(f"{e.status}:{e.reason}" if e.reason else e.status, RICH_STATUS_COLOURS.get(e.status, "")),
             *([cell(verdict, verdict_colour)] if wide else []),
-            right(pct(e.effect)),
+            right(
+                f"Δ{e.difference:+.3g}" if e.effect is None and e.difference is not None else pct(e.effect)
+            ),
             cell(interval(e.ci_low, e.ci_high)),
             right(e.pairs or "-"),
             cell(title, "bold" if e.winner else ""),
