@@ -18,6 +18,7 @@ import click
 
 from kb.errors import UserError, read_text
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
+from tui.cli.params import Number, count
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
 
@@ -56,15 +57,15 @@ _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect
 )
 @click.option(
     "--min-effect",
-    type=float,
+    type=Number(),
     default=0.01,
     show_default=True,
     help="Smallest relative improvement worth keeping (0.01 = 1%).",
 )
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Error rate (0.05: 95%).")
+@click.option("--alpha", type=Number(), default=0.05, show_default=True, help="Error rate (0.05: 95%).")
 @click.option(
     "--max-pairs",
-    type=int,
+    type=count(),
     default=80,
     show_default=True,
     help="Cap on pairs: below it an undecided paired case says 'continue', at it 'inconclusive'.",

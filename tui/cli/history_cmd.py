@@ -14,6 +14,7 @@ import click
 
 from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import Number, count
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -184,9 +185,11 @@ def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
 
 @click.command("redecide")
 @click.argument("run_ref", metavar="RUN")
-@click.option("--min-effect", type=float, default=None, help="Smallest effect worth keeping (0.01 = 1%).")
-@click.option("--alpha", type=float, default=None, help="Error rate (false keeps controlled across a wave).")
-@click.option("--max-pairs", type=int, default=None, help="The cap on pairs per experiment.")
+@click.option("--min-effect", type=Number(), default=None, help="Smallest effect worth keeping (0.01 = 1%).")
+@click.option(
+    "--alpha", type=Number(), default=None, help="Error rate (false keeps controlled across a wave)."
+)
+@click.option("--max-pairs", type=count(), default=None, help="The cap on pairs per experiment.")
 @click.option("--save", is_flag=True, help="Store the new verdicts (origin redecide, not final).")
 @click.option("--all", "show_all", is_flag=True, help="List every experiment, not only the flips.")
 @json_option

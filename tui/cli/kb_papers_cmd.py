@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import ROW_ID
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -137,7 +138,7 @@ def search(ctx: click.Context, query: tuple[str, ...], kind: str | None, limit: 
 
 
 @click.command("show")
-@click.argument("evidence_id", type=int)
+@click.argument("evidence_id", type=ROW_ID)
 @json_option
 @click.pass_context
 def show(ctx: click.Context, evidence_id: int, as_json: bool) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import Number
 
 _SOURCE_FORMS = "URL, fork:NAME@SHA, gap:ID or note:TEXT"
 
@@ -39,7 +40,7 @@ def cli() -> None:
 @click.option("--title", "-t", required=True, help="What the patch does (one line).")
 @click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {_SOURCE_FORMS}.")
 @click.option("--rationale", default="", help="Why it should help.")
-@click.option("--priority", type=float, default=0.0, show_default=True, help="Higher runs first.")
+@click.option("--priority", type=Number(), default=0.0, show_default=True, help="Higher runs first.")
 @json_option
 @click.pass_context
 def add(
