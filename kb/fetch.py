@@ -358,7 +358,7 @@ def read_regular_file(path: Path, *, max_bytes: int, label: str | None = None) -
         raise UserError(f"{label}: no such file") from None
     except OSError as exc:
         raise UserError(f"{label}: cannot read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb", buffering=0) as file:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UserError(f"{label}: {_kind(info.st_mode)}, not a regular file (only files are read)")
@@ -366,12 +366,13 @@ def read_regular_file(path: Path, *, max_bytes: int, label: str | None = None) -
             raise UserError(f"{label}: {info.st_size:,} bytes, over the size cap of {max_bytes:,} bytes")
         chunks: list[bytes] = []
         total = 0
-        try:
-            while chunk := file.read(min(_CHUNK, max_bytes + 1 - total)):
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise UserError(f"{label}: over the size cap of {max_bytes:,} bytes (it grew while read)")
-        except OSError as exc:
-            raise UserError(f"{label}: cannot read ({exc.strerror})") from None
+        while chunk := os.read(fd, min(_CHUNK, max_bytes + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise UserError(f"{label}: over the size cap of {max_bytes:,} bytes (it grew while read)")
+    except OSError as exc:
+        raise UserError(f"{label}: cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     return b"".join(chunks)
