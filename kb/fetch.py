@@ -10,7 +10,7 @@ A paper is all or nothing, so every read is bounded before it starts:
   abandoned as soon as it passes the cap; a body shorter than its Content-Length is an error (a cut
   transfer is not a paper);
 - where: redirects go only to http and https, at most MAX_REDIRECTS, each hop checked again;
-- files: only regular files are read (a FIFO blocks forever, /dev/zero never ends), up to the cap.
+- files: kb.files.read_regular_file (only regular files, up to the cap).
 
 Stdlib only: http.client on sockets this module opens and times. Proxies come from the usual
 environment variables (http_proxy, https_proxy, no_proxy), as urllib reads them.
@@ -21,15 +21,12 @@ from __future__ import annotations
 import base64
 import http.client
 import io
-import os
 import socket
 import ssl
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
@@ -329,50 +326,3 @@ def _body(
     if not chunks:
         raise UserError(f"{where}: empty response")
     return Page(url=url, content_type=content_type, charset=charset, data=b"".join(chunks))
-
-
-# --- files ----------------------------------------------------------------------------------------
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def read_regular_file(path: Path, *, max_bytes: int, label: str | None = None) -> bytes:
-    """The bytes of a regular file, at most `max_bytes` (checked while reading: a file that grows
-    is stopped at the cap). Anything else (a folder, a FIFO, a device) is refused unread."""
-    label = label or str(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not wait for a writer
-    except FileNotFoundError:
-        raise UserError(f"{label}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{label}: cannot read ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{label}: {_kind(info.st_mode)}, not a regular file (only files are read)")
-        if info.st_size > max_bytes:
-            raise UserError(f"{label}: {info.st_size:,} bytes, over the size cap of {max_bytes:,} bytes")
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, min(_CHUNK, max_bytes + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise UserError(f"{label}: over the size cap of {max_bytes:,} bytes (it grew while read)")
-    except OSError as exc:
-        raise UserError(f"{label}: cannot read ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    return b"".join(chunks)

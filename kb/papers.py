@@ -187,7 +187,7 @@ def fetch(url: str, *, timeout: float, max_bytes: int) -> Fetched:
 
 def read_file(path: Path, *, max_bytes: int) -> Fetched:
     """A regular HTML file, up to the size cap (a folder, a FIFO or a device is refused unread)."""
-    from kb.fetch import read_regular_file
+    from kb.files import read_regular_file
 
     label = str(path)
     data = read_regular_file(path, max_bytes=max_bytes, label=label)

@@ -18,7 +18,8 @@ import pytest
 from kb.config import KBSettings
 from kb.db import rows
 from kb.errors import UserError
-from kb.fetch import MAX_REDIRECTS, get, read_regular_file
+from kb.fetch import MAX_REDIRECTS, get
+from kb.files import read_regular_file
 from kb.papers import add_paper
 from kb.workspace import Workspace
 from tests.kb.helpers import ENGLISH_SECTIONS, article_page, db_dump

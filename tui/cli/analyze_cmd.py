@@ -18,7 +18,7 @@ import click
 
 from kb.errors import UserError, read_text
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
-from tui.cli.params import Number, count
+from tui.cli.params import Number, PathArg, count
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
 
@@ -27,19 +27,19 @@ _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect
 @click.option(
     "--baseline",
     "baseline_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Baseline samples: one number a line (blank lines ignored).",
 )
 @click.option(
     "--candidate",
     "candidate_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Candidate samples, same format.",
 )
 @click.option(
     "--batch",
     "batch_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help='JSON lines, one case a line: {"baseline": [...], "candidate": [...], "paired": true, '
     '"direction": "higher", "min_effect": 0.01, "id": ...}; FDR across the batch.',
 )

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from tui.cli.params import count
+from tui.cli.params import PathArg, count
 
 
 @click.command("init")
-@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", default=".", type=PathArg(file_okay=False, path_type=Path))
 @click.option("--target", default=None, help="Target repository: a local path or a git URL.")
 @click.option(
     "--recipe",

@@ -71,6 +71,11 @@ class LazyGroup(click.Group):
             if exc.filename is None:
                 raise
             raise click.ClickException(f"{exc.filename}: {exc.strerror or exc}") from None
+        except OverflowError as exc:
+            if "SQLite INTEGER" not in str(exc):
+                raise
+            # A number that reached a query unchecked (typed parameters catch the ones they know).
+            raise click.ClickException(f"a number given is too large for the database ({exc})") from None
 
 
 def _one_line(exc: click.UsageError) -> click.UsageError:

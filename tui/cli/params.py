@@ -32,3 +32,29 @@ def count(min: int = 1, max: int = MAX_INT) -> click.IntRange:  # noqa: A002 (cl
 
 ROW_ID = count(1)
 """A row id (hypothesis, evidence, run, wave): a positive integer SQLite can hold."""
+
+
+def _blank(value: object) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
+class Text(click.types.StringParamType):
+    """A word or name that must not be empty or blank (an id, a name, a URL)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if _blank(value):
+            self.fail("must not be empty", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class PathArg(click.Path):
+    """A path that must not be empty: Path('') is the current folder, so `''` would quietly mean
+    'here' (ingest every page under it, make it a workspace)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if _blank(value):
+            self.fail("must not be empty (give a path; '.' is the current folder)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+TEXT = Text()

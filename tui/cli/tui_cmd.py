@@ -28,6 +28,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option(
     "--public-url",
     default=None,
+    callback=lambda _ctx, _param, value: _public_url(value),
     help="With --serve: the URL browsers use, if not http://HOST:PORT (its host name is accepted).",
 )
 @click.pass_context
@@ -49,6 +50,23 @@ def cli(ctx: click.Context, pane: str, serve: bool, host: str, port: int, public
     from tui.app import make_app
 
     make_app(root, pane=pane).run()
+
+
+def _public_url(value: str | None) -> str | None:
+    """An http(s) URL with a host (the name the console answers to); a path is kept (a reverse
+    proxy may serve the console under one)."""
+    if value is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: not a valid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r}: give http(s)://HOST[:PORT], the address browsers open")
+    return value.rstrip("/")
 
 
 def locate(ctx: click.Context) -> Path:
