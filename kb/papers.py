@@ -139,10 +139,16 @@ def is_url(location: str) -> bool:
 
 
 def normalise_url(url: str) -> str:
-    """Comparable form of a URL: lower-case scheme and host, no fragment, no default port."""
-    parts = urlsplit(url.strip())
+    """Comparable form of a URL: lower-case scheme and host, no fragment, no default port.
+    A malformed one (`http://[::1`, port 99999) is a UserError naming it."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UserError(f"{url}: not a valid URL ({exc})") from None
     host = (parts.hostname or "").lower()
-    port = parts.port
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address keeps its brackets
     if port and not ((parts.scheme == "http" and port == 80) or (parts.scheme == "https" and port == 443)):
         host = f"{host}:{port}"
     path = parts.path or "/"
@@ -398,6 +404,20 @@ def _language(html: str, document: Any) -> str | None:
     return str(language) if language else None
 
 
+def _page_canonical(url: str | None, found: str | None) -> str | None:
+    """The page's canonical link, normalised; None when it has none or a malformed or non-http one
+    (a page's own link is a hint, not a reason to refuse the page)."""
+    if not found:
+        return None
+    try:
+        canonical = urljoin(url, found) if url else found
+        if urlsplit(canonical).scheme not in ("http", "https"):
+            return None
+        return normalise_url(canonical)
+    except (ValueError, UserError):
+        return None
+
+
 def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200) -> Extracted:
     """Article text and metadata with trafilatura (navigation, banners, sidebars, footers dropped).
 
@@ -429,17 +449,13 @@ def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200
         title = heads[0] if heads else (Path(urlsplit(url).path).name if url else label)
     passages = split_passages(blocks, title, passage_chars)
     full_text = "\n\n".join(p.text for p in passages)
-    canonical = getattr(document, "url", None)
-    if canonical and url:
-        canonical = urljoin(url, canonical)
-    if canonical and urlsplit(canonical).scheme not in ("http", "https"):
-        canonical = None
+    canonical = _page_canonical(url, getattr(document, "url", None))
     return Extracted(
         title=title,
         authors=(getattr(document, "author", None) or None),
         published=(getattr(document, "date", None) or None),
         site=(getattr(document, "sitename", None) or getattr(document, "hostname", None) or None),
-        canonical_url=normalise_url(canonical) if canonical else None,
+        canonical_url=canonical,
         language=_language(html, document),
         passages=passages,
         content_hash=hashlib.sha256(" ".join(full_text.split()).encode()).hexdigest(),

@@ -320,3 +320,15 @@ def test_the_cli_refuses_a_fifo_and_dev_zero_in_one_line(workspace: Workspace, t
         assert result.stderr.strip() == f"Error: {target}: {reason}, not a regular file (only files are read)"
         assert "Traceback" not in result.stderr
     assert db_dump(workspace.db_path) == before
+
+
+def test_a_malformed_canonical_link_is_ignored_not_fatal(
+    workspace: Workspace, serve: Callable[[Answer], RawServer]
+) -> None:
+    page = article_page("Odd links", ENGLISH_SECTIONS, canonical="http://[::1").encode()
+    server = serve(lambda conn, path: conn.sendall(headers(len(page)) + page))
+    db = workspace.db()
+    result = add_paper(db, server.url("/odd"), KBSettings(fetch_timeout=TIMEOUT))
+    assert result.status == "added"
+    [row] = rows(db, "SELECT canonical_url FROM sources WHERE id = ?", [result.source_id])
+    assert row["canonical_url"] == server.url("/odd")
