@@ -15,9 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kb.errors import ConfigError
 from kb.locate import CONFIG_NAME as CONFIG_NAME  # re-exported: callers know it from here
 
+# Durations are capped where the OS's timers end (threading.TIMEOUT_MAX and select() overflow past
+# a few hundred years) well before that: 30 days is longer than any build, benchmark or budget.
+MAX_SECONDS = 30 * 86_400
+MAX_INT = 2**63 - 1  # SQLite's INTEGER: counts and sizes are stored
+
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a TOML `true` is not the integer 1 and a string is not a number; allow_inf_nan: TOML
+    # has `nan` and `inf`, and nan passes every ge/le bound.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ValueError(f"{value} is too large (at most {MAX_INT})")
+        return value
 
 
 class TargetSettings(_Section):
@@ -43,7 +57,7 @@ class TargetSettings(_Section):
 
 class GuardSettings(_Section):
     metric: str
-    max_regression: float = 0.02
+    max_regression: float = Field(0.02, ge=0.0, lt=1.0)
     """Largest tolerated relative loss of this secondary metric (0.02 = 2%)."""
 
 
@@ -87,9 +101,9 @@ class SkyPilotSettings(_Section):
     """A new worker whose A/A noise (per-sample CV) exceeds this is replaced."""
     qualify_pairs: int = Field(6, ge=3)
     """A/A pairs a new cluster runs (its first job, right after setup) before it takes experiments."""
-    stagger_seconds: float = Field(20.0, ge=0.0)
+    stagger_seconds: float = Field(20.0, ge=0.0, le=MAX_SECONDS)
     """Seconds between two cluster launches (clusters sharing a node race for SkyPilot's ports)."""
-    idle_minutes: float = Field(5.0, ge=0.0)
+    idle_minutes: float = Field(5.0, ge=0.0, le=MAX_SECONDS / 60)
     """A qualified cluster idle this long while nothing of its run is queued is downed."""
     max_failures: int = Field(3, ge=1)
     """Launch or qualification failures in a row (no capacity, failed setup, too noisy) before the
@@ -108,9 +122,9 @@ class FleetSettings(_Section):
 
 
 class TimeoutSettings(_Section):
-    build: int = Field(900, ge=1)
-    bench: int = Field(300, ge=1)
-    check: int = Field(300, ge=1)
+    build: int = Field(900, ge=1, le=MAX_SECONDS)
+    bench: int = Field(300, ge=1, le=MAX_SECONDS)
+    check: int = Field(300, ge=1, le=MAX_SECONDS)
 
 
 class LLMSettings(_Section):
@@ -118,9 +132,9 @@ class LLMSettings(_Section):
     """Any litellm model string; empty means no LLM (miners only)."""
     api_base: str = ""
     budget_usd: float = Field(5.0, ge=0.0)
-    timeout: float = Field(120.0, gt=0.0)
-    max_retries: int = Field(3, ge=0)
-    temperature: float = 0.2
+    timeout: float = Field(120.0, gt=0.0, le=MAX_SECONDS)
+    max_retries: int = Field(3, ge=0, le=100)
+    temperature: float = Field(0.2, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, ge=1)
     """Cap on one answer's tokens (unset: the provider's default). An answer cut off at the cap is
     invalid and asked again, then the call fails."""
@@ -131,9 +145,9 @@ class LLMSettings(_Section):
 
 
 class BudgetSettings(_Section):
-    minutes: float | None = None
-    usd: float | None = None
-    max_experiments: int | None = None
+    minutes: float | None = Field(None, gt=0.0, le=MAX_SECONDS / 60)
+    usd: float | None = Field(None, gt=0.0)
+    max_experiments: int | None = Field(None, ge=1)
 
 
 class HypothesesSettings(_Section):
@@ -217,8 +231,10 @@ class InventorySettings(_Section):
 
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
-    fetch_timeout: float = 20.0
-    max_page_bytes: int = 5_000_000
+    fetch_timeout: float = Field(20.0, gt=0.0, le=3600.0)
+    """Seconds one page may take, from connecting to the last byte (redirects included)."""
+    max_page_bytes: int = Field(5_000_000, ge=1)
+    """Largest page or file read; a bigger one is refused while it is read."""
     arxiv_base: str = "https://arxiv.org"
     """Where `kb add-paper` fetches arXiv HTML versions from (abs/pdf links are mapped to html)."""
     passage_chars: Annotated[int, Field(ge=200)] = 1200
@@ -257,7 +273,11 @@ class Settings(_Section):
 def _explain(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
+    given = first.get("input")
+    got = ""
+    if isinstance(given, bool | int | float) or (isinstance(given, str) and len(given) <= 60):
+        got = f" (got {_toml_value(given)})"  # `true` vs 1, "2" vs 2: the type is the point
+    return f"{where}: {first['msg']}{got}"
 
 
 def parse_settings(data: dict[str, Any], origin: str) -> Settings:

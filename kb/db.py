@@ -11,7 +11,9 @@ Rules every caller follows:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,35 +33,100 @@ def now() -> float:
     return time.time()
 
 
-def connect(path: Path, *, migrate_schema: bool = True, readonly: bool = False) -> sqlite_utils.Database:
-    """Open the database for this thread, check it is SQLite, and bring its schema up to date."""
-    if readonly:
-        if not path.exists():
-            raise UserError(f"{path}: no such database")
-        conn = sqlite3.connect(
-            f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-        )
-    else:
-        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+def connect(
+    path: Path, *, migrate_schema: bool = True, readonly: bool = False, create: bool = True
+) -> sqlite_utils.Database:
+    """Open the database for this thread, check it is SQLite, and bring its schema up to date.
+
+    `create=False` is for a workspace's database, which `autoresearch init` made: a missing,
+    emptied or replaced file is then an error, never a new empty database (which would silently
+    orphan the workspace's mirror, logs and run branches)."""
+    if readonly or not create:
+        require_database(path)
+    try:
+        if readonly:
+            conn = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            )
+        else:
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise UserError(explain_error(exc, path)) from None
     conn.row_factory = sqlite3.Row
     db = sqlite_utils.Database(conn)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if (
+            not create
+            and not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
+            ).fetchone()
+        ):
+            raise UserError(f"{path}: not a workspace database (no autoresearch schema in it){_RESTORE}")
         if not readonly:
             # WAL lets the TUI read while the runner writes; set once, persists in the file.
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = wal")
             conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise UserError(explain_error(exc, path)) from None
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise UserError(f"{path}: not a usable SQLite database ({exc})") from None
+    except UserError:
+        conn.close()
+        raise
     if migrate_schema and not readonly:
         from kb.migrations import migrate
 
         migrate(db)
     return db
+
+
+_RESTORE = (
+    ": restore it from a backup, or start a new workspace with `autoresearch init` (nothing was created)"
+)
+
+
+def require_database(path: Path) -> None:
+    """Raise unless `path` is a non-empty regular file (what `autoresearch init` left there)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        beside = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+        there = f" but its folder still holds {', '.join(beside[:5])}" if beside else ""
+        raise UserError(f"{path}: the database is missing{there}{_RESTORE}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the database ({exc.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{path}: a directory, not a database file{_RESTORE}")
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"{path}: not a regular file, so not a database{_RESTORE}")
+    if info.st_size == 0:
+        raise UserError(f"{path}: the database is empty (0 bytes){_RESTORE}")
+
+
+def explain_error(exc: sqlite3.Error, path: Path) -> str:
+    """One line for an SQLite failure that is the environment's doing, not a bug: naming the file,
+    why, and what to do."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (
+            f"{path}: locked by another process for more than {BUSY_TIMEOUT_MS / 1000:g} s "
+            "(the busy timeout); try again when it has finished"
+        )
+    folder = path.parent
+    if "readonly" in text or "read-only" in text or not os.access(folder, os.W_OK):
+        return (
+            f"{path}: cannot write it ({text}): the workspace folder {folder} or the file is read-only, "
+            "and SQLite needs to write both (the database, its -wal and -shm files)"
+        )
+    if "disk is full" in text or "disk I/O" in text:
+        return f"{path}: {text} (check the disk holding the workspace)"
+    return f"{path}: {text}"
 
 
 @contextmanager

@@ -15,13 +15,13 @@ class WorkspaceNotFound(UserError):
     """No workspace was given and none was found from the current folder upwards."""
 
 
-def read_text(path: Path) -> str:
-    """A UTF-8 text file the user named; a missing, undecodable or unreadable one is a UserError."""
+def read_text(path: Path, *, max_bytes: int | None = None) -> str:
+    """A UTF-8 text file the user named; a missing, undecodable or unreadable one, or one that is not
+    a regular file (a FIFO, a device, a folder) or is over `max_bytes`, is a UserError."""
+    from kb.files import MAX_TEXT_BYTES, read_regular_file
+
+    data = read_regular_file(path, max_bytes=max_bytes or MAX_TEXT_BYTES)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,6 @@ from kb.errors import UserError
 USER_AGENT = "autoresearch-kb/0.1 (+https://github.com/; literature ingestion)"
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
-_CHUNK = 64 * 1024
 
 _ARXIV = re.compile(
     r"^(?:https?://)?(?:www\.|export\.)?arxiv\.org/(?P<kind>abs|html|pdf)/"
@@ -141,10 +139,16 @@ def is_url(location: str) -> bool:
 
 
 def normalise_url(url: str) -> str:
-    """Comparable form of a URL: lower-case scheme and host, no fragment, no default port."""
-    parts = urlsplit(url.strip())
+    """Comparable form of a URL: lower-case scheme and host, no fragment, no default port.
+    A malformed one (`http://[::1`, port 99999) is a UserError naming it."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UserError(f"{url}: not a valid URL ({exc})") from None
     host = (parts.hostname or "").lower()
-    port = parts.port
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address keeps its brackets
     if port and not ((parts.scheme == "http" and port == 80) or (parts.scheme == "https" and port == 443)):
         host = f"{host}:{port}"
     path = parts.path or "/"
@@ -173,75 +177,26 @@ def _refuse_type(label: str, content_type: str, head: bytes) -> None:
 
 
 def fetch(url: str, *, timeout: float, max_bytes: int) -> Fetched:
-    """GET an http(s) URL: redirects followed, a deadline over the whole transfer, the body streamed
-    and abandoned as soon as it passes `max_bytes`, non-HTML refused before the body is read."""
-    import http.client
-    import socket
-    import urllib.error
-    import urllib.request
+    """GET an http(s) URL within one deadline and the size cap (kb.fetch: redirects checked hop by
+    hop, a cut body refused), non-HTML refused from its first bytes before the rest is read."""
+    from kb.fetch import get
 
-    scheme = urlsplit(url).scheme.lower()
-    if scheme not in ("http", "https"):
-        raise UserError(f"{url}: unsupported URL scheme {scheme!r} (http and https only)")
-    request = urllib.request.Request(
-        url, headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1"}
+    page = get(
+        url,
+        timeout=timeout,
+        max_bytes=max_bytes,
+        headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1"},
+        check_head=lambda content_type, head: _refuse_type(url, content_type, head),
     )
-    deadline = time.monotonic() + timeout
-    try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (scheme checked above)
-    except urllib.error.HTTPError as exc:
-        raise UserError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError | socket.timeout):
-            raise UserError(f"{url}: timed out after {timeout:g} s") from None
-        raise UserError(f"{url}: cannot reach ({exc.reason})") from None
-    except TimeoutError:
-        raise UserError(f"{url}: timed out after {timeout:g} s") from None
-    except (http.client.HTTPException, OSError, ValueError) as exc:
-        raise UserError(f"{url}: cannot fetch ({exc})") from None
-    with response:
-        final_url = response.geturl()
-        raw_type = response.headers.get("Content-Type") or ""
-        content_type = raw_type.split(";")[0].strip().lower()
-        charset = response.headers.get_content_charset() if raw_type else None
-        length = response.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > max_bytes:
-            raise UserError(f"{url}: {int(length):,} bytes, over the size cap of {max_bytes:,} bytes")
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            while True:
-                if time.monotonic() > deadline:
-                    raise UserError(f"{url}: timed out after {timeout:g} s (body still arriving)")
-                chunk = response.read(_CHUNK) if chunks else response.read(min(_CHUNK, 8192))
-                if not chunk:
-                    break
-                if not chunks:
-                    _refuse_type(url, content_type, chunk)
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise UserError(f"{url}: over the size cap of {max_bytes:,} bytes (stopped reading)")
-        except TimeoutError:
-            raise UserError(f"{url}: timed out after {timeout:g} s (body still arriving)") from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise UserError(f"{url}: connection failed while reading ({exc})") from None
-    if not chunks:
-        raise UserError(f"{url}: empty response")
-    return Fetched(url=final_url, content_type=content_type, charset=charset, data=b"".join(chunks))
+    return Fetched(url=page.url, content_type=page.content_type, charset=page.charset, data=page.data)
 
 
 def read_file(path: Path, *, max_bytes: int) -> Fetched:
+    """A regular HTML file, up to the size cap (a folder, a FIFO or a device is refused unread)."""
+    from kb.files import read_regular_file
+
     label = str(path)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise UserError(f"{label}: {size:,} bytes, over the size cap of {max_bytes:,} bytes")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{label}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{label}: cannot read ({exc.strerror})") from None
+    data = read_regular_file(path, max_bytes=max_bytes, label=label)
     if not data.strip():
         raise UserError(f"{label}: empty file")
     declared = "text/html" if path.suffix.lower() in HTML_SUFFIXES else ""
@@ -449,6 +404,20 @@ def _language(html: str, document: Any) -> str | None:
     return str(language) if language else None
 
 
+def _page_canonical(url: str | None, found: str | None) -> str | None:
+    """The page's canonical link, normalised; None when it has none or a malformed or non-http one
+    (a page's own link is a hint, not a reason to refuse the page)."""
+    if not found:
+        return None
+    try:
+        canonical = urljoin(url, found) if url else found
+        if urlsplit(canonical).scheme not in ("http", "https"):
+            return None
+        return normalise_url(canonical)
+    except (ValueError, UserError):
+        return None
+
+
 def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200) -> Extracted:
     """Article text and metadata with trafilatura (navigation, banners, sidebars, footers dropped).
 
@@ -480,17 +449,13 @@ def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200
         title = heads[0] if heads else (Path(urlsplit(url).path).name if url else label)
     passages = split_passages(blocks, title, passage_chars)
     full_text = "\n\n".join(p.text for p in passages)
-    canonical = getattr(document, "url", None)
-    if canonical and url:
-        canonical = urljoin(url, canonical)
-    if canonical and urlsplit(canonical).scheme not in ("http", "https"):
-        canonical = None
+    canonical = _page_canonical(url, getattr(document, "url", None))
     return Extracted(
         title=title,
         authors=(getattr(document, "author", None) or None),
         published=(getattr(document, "date", None) or None),
         site=(getattr(document, "sitename", None) or getattr(document, "hostname", None) or None),
-        canonical_url=normalise_url(canonical) if canonical else None,
+        canonical_url=canonical,
         language=_language(html, document),
         passages=passages,
         content_hash=hashlib.sha256(" ".join(full_text.split()).encode()).hexdigest(),

@@ -54,8 +54,9 @@ class Workspace:
         return load_settings(self.config_path)
 
     def db(self) -> sqlite_utils.Database:
-        """A new connection for the calling thread (never share one across threads)."""
-        return connect(self.db_path)
+        """A new connection for the calling thread (never share one across threads). The database
+        must be there: `autoresearch init` made it, and a missing one is an error, not a new one."""
+        return connect(self.db_path, create=False)
 
     def folders(self) -> list[Path]:
         return [self.logs_dir, self.worktrees_dir, self.patches_dir, self.reports_dir]

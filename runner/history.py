@@ -346,7 +346,7 @@ def find_run(db: sqlite_utils.Database, ref: str | int) -> RunInfo:
     """A run by id or by name (a name that is all digits is tried as an id first)."""
     text = str(ref).strip()
     row = None
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and int(text) < 2**63:  # beyond SQLite's INTEGER: a name
         row = one(db, _RUN_SQL + " WHERE r.id = ?", [int(text)])
     if row is None:
         row = one(db, _RUN_SQL + " WHERE r.name = ?", [text])

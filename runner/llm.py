@@ -8,7 +8,9 @@
 - Answers are structured: the schema is described in the system message and, by default, sent as
   `response_format` so servers that can (OpenAI, llama-server's grammars) constrain decoding to it. Every
   answer is validated against the pydantic model; an invalid or cut-off answer is sent back with the
-  error (a couple of times), then the call fails as a whole: never half-used.
+  error (a couple of times), then the call fails as a whole: never half-used. What is sent back, and
+  what is stored, is bounded: a runaway answer is cut to its start and end (EXCERPT_CHARS,
+  STORED_CHARS) with its full length said.
 - Rate limits, timeouts and connection errors are retried with exponential backoff.
 - A dollar budget (`llm.budget_usd`, summed over `llm_calls.cost_usd`) stops further calls.
 - API keys are read by litellm from the environment; they are never stored, and error texts are scrubbed
@@ -40,6 +42,12 @@ Message = dict[str, str]
 MockItem = str | BaseException
 
 MAX_BACKOFF_S = 60.0
+EXCERPT_CHARS = 1500
+"""An invalid answer goes back to the model as its first and last this many characters: enough to
+see what went wrong, and a runaway 5 MB answer does not make every retry's prompt 5 MB bigger."""
+STORED_CHARS = 100_000
+"""An answer is stored in llm_calls as its first and last this many characters (with its length)."""
+MAX_ERROR_CHARS = 2000
 # Errors worth waiting for; anything else (bad key, unknown model, bad request) fails at once.
 _RETRYABLE = (
     "RateLimitError",
@@ -154,6 +162,14 @@ def extract_json(text: str) -> str:
         if start != -1 and end > start:
             stripped = stripped[start : end + 1]
     return stripped
+
+
+def excerpt(text: str, keep: int) -> str:
+    """`text`, or its first and last `keep` characters around a note of what was left out."""
+    if len(text) <= 2 * keep:
+        return text
+    left_out = len(text) - 2 * keep
+    return f"{text[:keep]}\n[... {left_out:,} characters left out of {len(text):,} ...]\n{text[-keep:]}"
 
 
 def _explain(exc: ValidationError | ValueError) -> str:
@@ -334,7 +350,7 @@ class LLMClient:
                     prompt,
                     hypothesis_id,
                     attempt,
-                    response=text,
+                    response=excerpt(text, STORED_CHARS),
                     input_tokens=tokens_in,
                     output_tokens=tokens_out,
                     cost_usd=self._cost(response),
@@ -375,19 +391,30 @@ class LLMClient:
                 if validate is not None:
                     validate(value)
             except (ValidationError, ValueError) as exc:
-                last_error = _explain(exc)
+                last_error = _explain(exc)[:MAX_ERROR_CHARS]
                 if cut_off:
                     limit = self.config.max_tokens or "the server's"
                     last_error = f"cut off at the token limit ({limit}) before it was complete: {last_error}"
+                size = f" ({len(text):,} characters)" if len(text) > 2 * EXCERPT_CHARS else ""
                 with transaction(self.db):
-                    update(self.db, "llm_calls", call_id, {"error": f"invalid answer: {last_error}"[:2000]})
+                    update(
+                        self.db,
+                        "llm_calls",
+                        call_id,
+                        {"error": f"invalid answer{size}: {last_error}"[:MAX_ERROR_CHARS]},
+                    )
+                shown = (
+                    f" (it was {len(text):,} characters long; only its start and end are shown above)"
+                    if size
+                    else ""
+                )
                 conversation = [
                     *conversation,
-                    {"role": "assistant", "content": text},
+                    {"role": "assistant", "content": excerpt(text, EXCERPT_CHARS)},
                     {
                         "role": "user",
-                        "content": f"That answer is invalid: {last_error}. Reply again with only the "
-                        f"corrected JSON object{', kept shorter' if cut_off else ''}.",
+                        "content": f"That answer is invalid: {last_error}{shown}. Reply again with only "
+                        f"the corrected JSON object{', kept shorter' if cut_off or size else ''}.",
                     },
                 ]
                 continue

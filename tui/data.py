@@ -45,9 +45,10 @@ LIVE_EXPERIMENT_STATUSES = ("queued", "running")
 
 
 def connect(path: Path, *, migrate_schema: bool = True) -> sqlite_utils.Database:
+    """The workspace's database, which must exist (the console never creates one)."""
     from kb.db import connect as kb_connect
 
-    return kb_connect(path, migrate_schema=migrate_schema)
+    return kb_connect(path, migrate_schema=migrate_schema, create=False)
 
 
 def rows(db: sqlite_utils.Database, sql: str, params: Any = ()) -> list[dict[str, Any]]:

@@ -243,3 +243,44 @@ def test_a_complete_answer_at_the_limit_is_kept_and_prompt_mode_sends_no_schema(
     assert result.value.title == "fuse rms norm"
     assert "response_format" not in server.requests[0] and "max_tokens" not in server.requests[0]
     assert "JSON Schema" in server.requests[0]["messages"][0]["content"]
+
+
+def test_a_huge_invalid_answer_is_sent_back_and_stored_as_a_bounded_excerpt(db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from runner.llm import EXCERPT_CHARS, STORED_CHARS
+
+    # 4.8 MB that never closes its string: invalid every time, as a runaway model's answer is.
+    huge = '{"title": "' + "x" * 4_800_000 + "END"
+    c = client(db, [huge])
+    with pytest.raises(LLMError, match="gave no valid answer in 3 tries"):
+        c.complete_structured("research", MESSAGES, Answer)
+    logged = calls(db)
+    assert len(logged) == 3
+    first_prompt = len(logged[0]["prompt"])
+    for row in logged:
+        # Each retry adds an excerpt, not the answer: the prompt grows by a few KB, not 4.8 MB.
+        assert len(row["prompt"]) < first_prompt + 3 * (2 * EXCERPT_CHARS + 2000)
+        assert len(row["response"]) < 2 * STORED_CHARS + 200
+        assert row["response"].startswith('{"title": "xxx') and row["response"].endswith("xxxEND")
+        assert f"characters left out of {len(huge):,}" in row["response"]
+        assert row["error"].startswith(f"invalid answer ({len(huge):,} characters): ")
+    sent_back = json.loads(logged[2]["prompt"])
+    assert [m["role"] for m in sent_back[-4:]] == ["assistant", "user", "assistant", "user"]
+    answer = sent_back[-2]["content"]
+    assert (
+        answer.startswith('{"title": "xxx')
+        and answer.endswith("xxxEND")
+        and len(answer) < 2 * EXCERPT_CHARS + 100
+    )
+    assert f"it was {len(huge):,} characters long" in sent_back[-1]["content"]
+    db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = sum(p.stat().st_size for p in tmp_path.glob("t.db*"))
+    assert size < 2_000_000, size  # was 49 MB: every retry carried the whole answer twice
+
+
+def test_a_short_invalid_answer_is_sent_back_whole(db) -> None:  # type: ignore[no-untyped-def]
+    bad = '{"title": "ab", "effect": 0.1}'
+    c = client(db, [bad, VALID])
+    assert c.complete_structured("research", MESSAGES, Answer).value.effect == 0.03
+    retry = json.loads(calls(db)[1]["prompt"])
+    assert retry[-2] == {"role": "assistant", "content": bad}
+    assert "characters long" not in retry[-1]["content"]

@@ -19,6 +19,7 @@ import click
 from kb.errors import UserError, read_text
 from runner.protocol import plain_number
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
+from tui.cli.params import Number, PathArg, count
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
 
@@ -27,19 +28,19 @@ _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect
 @click.option(
     "--baseline",
     "baseline_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Baseline samples: one number a line (blank lines ignored).",
 )
 @click.option(
     "--candidate",
     "candidate_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Candidate samples, same format.",
 )
 @click.option(
     "--batch",
     "batch_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help='JSON lines, one case a line: {"baseline": [...], "candidate": [...], "paired": true, '
     '"direction": "higher", "min_effect": 0.01, "id": ...}; FDR across the batch.',
 )
@@ -57,15 +58,15 @@ _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect
 )
 @click.option(
     "--min-effect",
-    type=float,
+    type=Number(),
     default=0.01,
     show_default=True,
     help="Smallest relative improvement worth keeping (0.01 = 1%).",
 )
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Error rate (0.05: 95%).")
+@click.option("--alpha", type=Number(), default=0.05, show_default=True, help="Error rate (0.05: 95%).")
 @click.option(
     "--max-pairs",
-    type=int,
+    type=count(),
     default=80,
     show_default=True,
     help="Cap on pairs: below it an undecided paired case says 'continue', at it 'inconclusive'.",

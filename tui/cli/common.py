@@ -14,10 +14,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def workspace(ctx: click.Context) -> Workspace:
-    """The workspace for this invocation (--workspace, $AUTORESEARCH_WORKSPACE, or cwd upwards)."""
+    """The workspace for this invocation (--workspace, $AUTORESEARCH_WORKSPACE, or cwd upwards),
+    its config validated: a bad value is reported by every command, not only the ones that read it."""
     root = ctx.find_root()
     given = root.obj.get("workspace") if isinstance(root.obj, dict) else None
-    return find_workspace(given)
+    ws = find_workspace(given)
+    ws.settings  # noqa: B018 (loads and validates; cached on the workspace)
+    return ws
 
 
 def json_option(fn: F) -> F:

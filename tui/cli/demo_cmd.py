@@ -9,10 +9,11 @@ from pathlib import Path
 import click
 
 from tui.cli.common import echo_json, json_option
+from tui.cli.params import PathArg
 
 
 @click.command("demo")
-@click.argument("directory", required=False, type=click.Path(path_type=Path), metavar="[DIR]")
+@click.argument("directory", required=False, type=PathArg(path_type=Path), metavar="[DIR]")
 @click.option("--force", is_flag=True, help="Replace an earlier demo in DIR (only what the demo made).")
 @click.option("--model", default=None, help="litellm model: also generate hypotheses and patches with it.")
 @click.option("--api-base", default=None, help="API base URL for --model (e.g. a local server).")

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import ROW_ID, Number
 
 LIVE = ("provisioning", "qualifying", "ready", "busy")
 
@@ -89,7 +90,7 @@ def _describe(worker: dict[str, Any], stamp: float) -> dict[str, Any]:
 
 @cli.command("status")
 @click.option("--all", "show_all", is_flag=True, help="Every worker ever recorded, down ones too.")
-@click.option("--run", "run_id", type=int, help="Only this run's workers (by run id).")
+@click.option("--run", "run_id", type=ROW_ID, help="Only this run's workers (by run id).")
 @click.option("--refresh", is_flag=True, help="Also ask SkyPilot for each cluster's own status (slower).")
 @json_option
 @click.pass_context
@@ -177,8 +178,10 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
 @click.option(
     "--all", "down_all", is_flag=True, help="Also clusters of runs still going (they see them lost)."
 )
-@click.option("--run", "run_id", type=int, help="Only this run's clusters (by run id).")
-@click.option("--wait", type=click.FloatRange(min=0), default=900, show_default=True, help="Seconds to wait.")
+@click.option("--run", "run_id", type=ROW_ID, help="Only this run's clusters (by run id).")
+@click.option(
+    "--wait", type=Number(min=0, max=86_400), default=900, show_default=True, help="Seconds to wait."
+)
 @json_option
 @click.pass_context
 def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as_json: bool) -> None:

@@ -15,6 +15,7 @@ import click
 
 from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import TEXT, Number, PathArg, count
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -104,7 +105,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
 
 
 @click.command("history")
-@click.option("--run", "run_ref", default=None, help="A run id or name (default: list every run).")
+@click.option("--run", "run_ref", type=TEXT, default=None, help="A run id or name (default: list every run).")
 @click.option("--samples", is_flag=True, help="Also print the raw samples (always in --json).")
 @json_option
 @click.pass_context
@@ -150,7 +151,7 @@ def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: boo
 
 
 @click.command("report")
-@click.argument("run_ref", metavar="RUN")
+@click.argument("run_ref", type=TEXT, metavar="RUN")
 @click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True)
 @click.option(
     "--output",
@@ -188,10 +189,12 @@ def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
 
 
 @click.command("redecide")
-@click.argument("run_ref", metavar="RUN")
-@click.option("--min-effect", type=float, default=None, help="Smallest effect worth keeping (0.01 = 1%).")
-@click.option("--alpha", type=float, default=None, help="Error rate (false keeps controlled across a wave).")
-@click.option("--max-pairs", type=int, default=None, help="The cap on pairs per experiment.")
+@click.argument("run_ref", type=TEXT, metavar="RUN")
+@click.option("--min-effect", type=Number(), default=None, help="Smallest effect worth keeping (0.01 = 1%).")
+@click.option(
+    "--alpha", type=Number(), default=None, help="Error rate (false keeps controlled across a wave)."
+)
+@click.option("--max-pairs", type=count(), default=None, help="The cap on pairs per experiment.")
 @click.option("--save", is_flag=True, help="Store the new verdicts (origin redecide, not final).")
 @click.option("--all", "show_all", is_flag=True, help="List every experiment, not only the flips.")
 @json_option
@@ -241,8 +244,8 @@ def redecide(
 
 
 @click.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", default=None, help="Run name (default: import-<config name>).")
+@click.argument("file", type=PathArg(dir_okay=False, path_type=Path))
+@click.option("--name", type=TEXT, default=None, help="Run name (default: import-<config name>).")
 @click.option(
     "--format",
     "fmt",

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import ROW_ID, Number
 
 _MODEL = click.option(
     "--model", default=None, help="litellm model string (default: llm.model in the config)."
@@ -90,7 +91,7 @@ def generate(
 
 
 @cli.command("patch")
-@click.argument("ids", nargs=-1, type=int)
+@click.argument("ids", nargs=-1, type=ROW_ID)
 @click.option(
     "--attempts",
     type=click.IntRange(1, 10),
@@ -133,7 +134,7 @@ def patch(
 
 
 @cli.command("reflect")
-@click.argument("wave", type=int)
+@click.argument("wave", type=ROW_ID)
 @click.option("--no-model", is_flag=True, help="Store the plain summary even when a model is configured.")
 @_MODEL
 @_API_BASE
@@ -253,7 +254,7 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
 
 
 @cli.command("show")
-@click.argument("hypothesis_id", type=int)
+@click.argument("hypothesis_id", type=ROW_ID)
 @json_option
 @click.pass_context
 def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
@@ -309,7 +310,7 @@ def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
 
 
 @cli.command("approve")
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ROW_ID, required=True)
 @click.pass_context
 def approve(ctx: click.Context, ids: tuple[int, ...]) -> None:
     """Approve hypotheses (those with a patch that applies become `patched`)."""
@@ -317,7 +318,7 @@ def approve(ctx: click.Context, ids: tuple[int, ...]) -> None:
 
 
 @cli.command("reject")
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ROW_ID, required=True)
 @click.pass_context
 def reject(ctx: click.Context, ids: tuple[int, ...]) -> None:
     """Reject hypotheses: they are never patched or run."""
@@ -325,8 +326,8 @@ def reject(ctx: click.Context, ids: tuple[int, ...]) -> None:
 
 
 @cli.command("prioritize")
-@click.argument("hypothesis_id", type=int)
-@click.argument("priority", type=float)
+@click.argument("hypothesis_id", type=ROW_ID)
+@click.argument("priority", type=Number())
 @click.pass_context
 def prioritize(ctx: click.Context, hypothesis_id: int, priority: float) -> None:
     """Set a hypothesis's priority (higher runs first)."""

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from tui.cli.params import PathArg, count
+
 
 @click.command("init")
-@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", default=".", type=PathArg(file_okay=False, path_type=Path))
 @click.option("--target", default=None, help="Target repository: a local path or a git URL.")
 @click.option(
     "--recipe",
@@ -29,7 +31,7 @@ import click
 @click.option("--protect", multiple=True, help="Extra protected path (repeatable).")
 @click.option("--bench-script", default=None, help="Benchmark script (default autoresearch.sh).")
 @click.option("--checks-script", default=None, help="Checks script (default autoresearch.checks.sh).")
-@click.option("--parallel", type=int, default=None, help="Local fleet parallelism.")
+@click.option("--parallel", type=count(), default=None, help="Local fleet parallelism.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def cli(
     directory: Path,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import TEXT
 
 
 @click.command("add-fork")
-@click.argument("name")
-@click.argument("location", required=False, metavar="[URL|PATH]")
+@click.argument("name", type=TEXT)
+@click.argument("location", required=False, type=TEXT, metavar="[URL|PATH]")
 @click.option("--branch", "-b", help="Branch of the fork (default: its default branch).")
 @json_option
 @click.pass_context
@@ -31,7 +32,7 @@ def add_fork(ctx: click.Context, name: str, location: str | None, branch: str | 
 
 
 @click.command("forks")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=TEXT)
 @json_option
 @click.pass_context
 def forks(ctx: click.Context, name: str | None, as_json: bool) -> None:
@@ -52,7 +53,7 @@ def forks(ctx: click.Context, name: str | None, as_json: bool) -> None:
 
 
 @click.command("commits")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @click.option("--path", "path", help="Only commits touching this file or folder (e.g. ggml/src/ggml-cpu/).")
 @json_option
 @click.pass_context

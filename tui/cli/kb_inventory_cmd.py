@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.params import PathArg
 
 if TYPE_CHECKING:
     from kb.config import InventorySettings
@@ -71,7 +72,7 @@ def _print_matrix(inv: Inventory) -> None:
 
 
 @click.command("inventory")
-@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.argument("path", required=False, type=PathArg(path_type=Path))
 @json_option
 @click.option(
     "--commit", default=None, help="Commit to record for PATH (default: its HEAD if PATH is a checkout)."

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import ROW_ID, TEXT
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
@@ -18,7 +19,7 @@ def _err(message: str) -> None:
 
 
 @click.command("add-paper")
-@click.argument("inputs", nargs=-1, required=True, metavar="URL|FILE|DIR...")
+@click.argument("inputs", nargs=-1, required=True, type=TEXT, metavar="URL|FILE|DIR...")
 @json_option
 @click.pass_context
 def add_paper(ctx: click.Context, inputs: tuple[str, ...], as_json: bool) -> None:
@@ -137,7 +138,7 @@ def search(ctx: click.Context, query: tuple[str, ...], kind: str | None, limit: 
 
 
 @click.command("show")
-@click.argument("evidence_id", type=int)
+@click.argument("evidence_id", type=ROW_ID)
 @json_option
 @click.pass_context
 def show(ctx: click.Context, evidence_id: int, as_json: bool) -> None:

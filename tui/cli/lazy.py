@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sqlite3
 from typing import Any
 
 import click
@@ -42,9 +43,68 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            _require_utf8(arg)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; a failure the user can act on becomes one line and exit status 1.
+
+        This is the one place that turns errors into lines: UserError (bad input or state), SQLite
+        failures that are the environment's (a lock held too long, a read-only or full disk) and
+        OS errors on a named file. Anything else is a bug and keeps its traceback."""
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand's bad option or argument (exit status 2)
+            raise _one_line(exc) from None
         except UserError as exc:
-            # One line naming the input and the reason; exit status 1.
             raise click.ClickException(str(exc)) from None
+        except sqlite3.Error as exc:
+            if not isinstance(exc, sqlite3.OperationalError) and type(exc) is not sqlite3.DatabaseError:
+                raise  # integrity and programming errors are bugs
+            raise click.ClickException(_database_error(ctx, exc)) from None
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            raise click.ClickException(f"{exc.filename}: {exc.strerror or exc}") from None
+        except OverflowError as exc:
+            if "SQLite INTEGER" not in str(exc):
+                raise
+            # A number that reached a query unchecked (typed parameters catch the ones they know).
+            raise click.ClickException(f"a number given is too large for the database ({exc})") from None
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    """click's usage error as one line (the reason, then where help is) instead of three."""
+    if exc.ctx is None:
+        return exc
+    where = (
+        f"{exc.ctx.command_path} {exc.ctx.help_option_names[0] if exc.ctx.help_option_names else '--help'}"
+    )
+    return click.UsageError(f"{exc.format_message()} (see {where})")
+
+
+def _require_utf8(arg: str) -> None:
+    """Arguments reach SQLite and the terminal as text: bytes that are not UTF-8 (which Python
+    keeps as lone surrogates) would fail deep inside a query, so they are refused up front."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise click.ClickException(f"argument '{shown}': not valid UTF-8 text") from None
+
+
+def _database_error(ctx: click.Context, exc: sqlite3.Error) -> str:
+    from kb.db import DB_NAME, explain_error
+    from kb.locate import workspace_root
+
+    obj = ctx.find_root().obj
+    try:
+        root = workspace_root(obj.get("workspace") if isinstance(obj, dict) else None)
+    except UserError:
+        return f"the workspace database: {exc}"
+    return explain_error(exc, root / DB_NAME)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.params import MAX_INT, Number, PathArg
 
 _SOURCE_FORMS = "URL, fork:NAME@SHA, gap:ID or note:TEXT"
 
@@ -22,7 +23,9 @@ def _check_source(ref: str) -> str:
         return ref
     if re.fullmatch(r"fork:[\w.-]+@[0-9a-fA-F]{7,40}", ref):
         return ref
-    if re.fullmatch(r"gap:\d+", ref):
+    if re.fullmatch(r"gap:[0-9]+", ref):
+        if int(ref[4:]) > MAX_INT:
+            raise UserError(f"--source {ref}: no such evidence id (ids are at most {MAX_INT})")
         return ref
     if ref.startswith("note:") and ref[5:].strip():
         return "note:" + " ".join(ref[5:].split())
@@ -35,11 +38,11 @@ def cli() -> None:
 
 
 @cli.command("add")
-@click.argument("patch_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("patch_file", type=PathArg(dir_okay=False, path_type=Path))
 @click.option("--title", "-t", required=True, help="What the patch does (one line).")
 @click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {_SOURCE_FORMS}.")
 @click.option("--rationale", default="", help="Why it should help.")
-@click.option("--priority", type=float, default=0.0, show_default=True, help="Higher runs first.")
+@click.option("--priority", type=Number(), default=0.0, show_default=True, help="Higher runs first.")
 @json_option
 @click.pass_context
 def add(
@@ -53,16 +56,11 @@ def add(
 ) -> None:
     """Queue PATCH_FILE (a unified diff against the target) as a new hypothesis with its patch."""
     from kb.db import one, transaction
-    from kb.errors import UserError
+    from kb.errors import UserError, read_text
     from runner.hypotheses import add_hypothesis, add_patch
 
     ws = workspace(ctx)
-    try:
-        diff = patch_file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{patch_file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{patch_file}: cannot read as UTF-8 text ({exc})") from None
+    diff = read_text(patch_file)
     if not title.strip():
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]

@@ -12,9 +12,10 @@ from typing import Any
 import click
 
 from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.params import ROW_ID, TEXT, Number, count
 
-_POSITIVE_INT = click.IntRange(min=1)
-_POSITIVE = click.FloatRange(min=0, min_open=True)
+_POSITIVE_INT = count(1)
+_POSITIVE = Number(min=0, min_open=True)
 
 
 @click.command("run")
@@ -27,12 +28,12 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--check-timeout", type=_POSITIVE_INT, help="Seconds the checks may take.")
 @click.option("--build-timeout", type=_POSITIVE_INT, help="Seconds one build may take.")
 @click.option("--backend", type=click.Choice(["local", "skypilot"]), help="Fleet (default: the config's).")
-@click.option("--name", help="Run name (branch autoresearch/NAME); default: the start time.")
+@click.option("--name", type=TEXT, help="Run name (branch autoresearch/NAME); default: the start time.")
 @click.option("--skip-self-test", is_flag=True, help="Do not measure the baseline against itself first.")
 @click.option("--no-final", is_flag=True, help="Do not measure the stacked winners and ablations at the end.")
 @click.option("--detach", is_flag=True, help="Run in the background (outlives this shell); print its log.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run (after a crash or kill).")
-@click.option("--run", "run_id", type=int, help="With --resume: which run (default: the latest).")
+@click.option("--run", "run_id", type=ROW_ID, help="With --resume: which run (default: the latest).")
 @json_option
 @click.pass_context
 def cli(
@@ -143,7 +144,7 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
         )
     run: dict[str, Any] | None = None
     deadline = time.monotonic() + 20
-    db = connect(db_path)
+    db = connect(db_path, create=False)
     while time.monotonic() < deadline and child.poll() is None:
         run = one(db, "SELECT id, name FROM runs WHERE pid = ? ORDER BY id DESC LIMIT 1", [child.pid])
         if run:
