@@ -180,6 +180,12 @@ class InventoryRule(_Section):
         return value
 
 
+KNOWN_BACKENDS = (
+    "cpu cuda hip musa metal vulkan sycl opencl kompute cann rpc blas webgpu hexagon zdnn amx mpi "
+    "openvino zendnn"
+).split()
+
+
 class InventorySettings(_Section):
     """The backend fusion inventory (`autoresearch kb inventory`). Defaults read ggml trees."""
 
@@ -190,6 +196,17 @@ class InventorySettings(_Section):
     backend_dir_pattern: str = ""
     """Regex (full match) with a group `name` that picks backend folders under backends_root
     (empty: `ggml-(?P<name>...)` for ggml, else every folder, named as it is)."""
+    backend_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """Backend -> files, folders (`dir/`) or globs, relative to the tree's top, for trees the built-in
+    layout does not describe (`cpu = ["ggml/src/iqk/", "ggml/src/ggml.c"]`). Wins over the rest."""
+    old_layout_cpu: list[str] = Field(
+        default_factory=lambda: ["ggml.c", "ggml-quants.c", "ggml-aarch64.c", "iqk/", "llamafile/"]
+    )
+    """The CPU backend's files, relative to the backends folder, in ggml trees with no `ggml-cpu`
+    folder (llama.cpp before its 2024 reorganisation, ik_llama.cpp)."""
+    known_backends: list[str] = Field(default_factory=lambda: list(KNOWN_BACKENDS))
+    """Names that make a file `ggml-<name>.<ext>` in the backends folder a backend of its own (the
+    old layout's `ggml-metal.m`, `ggml-vulkan.cpp`); a name with a `ggml-<name>/` folder always does."""
     rules: list[InventoryRule] = Field(default_factory=list)
     """How fusions are decided; empty means ggml's (ggml_can_fuse and relatives, GGML_OP_ ops)."""
     single_ops: list[str] = Field(default_factory=lambda: ["SOFT_MAX", "FLASH_ATTN_EXT", "GLU"])

@@ -24,7 +24,7 @@ from typing import Any
 import sqlite_utils
 
 from kb.db import insert, now, one, rows, transaction, update
-from kb.inventory import Fusion, Gap, Inventory, SingleOp
+from kb.inventory.model import Fusion, Gap, Inventory, SingleOp
 
 
 def _fusion_row(f: Fusion, commit: str | None) -> dict[str, Any]:
