@@ -180,10 +180,27 @@ class InventoryRule(_Section):
         return value
 
 
-KNOWN_BACKENDS = (
-    "cpu cuda hip musa metal vulkan sycl opencl kompute cann rpc blas webgpu hexagon zdnn amx mpi "
-    "openvino zendnn"
-).split()
+KNOWN_BACKENDS: tuple[str, ...] = (
+    "cpu",
+    "cuda",
+    "hip",
+    "musa",
+    "metal",
+    "vulkan",
+    "sycl",
+    "opencl",
+    "kompute",
+    "cann",
+    "rpc",
+    "blas",
+    "webgpu",
+    "hexagon",
+    "zdnn",
+    "amx",
+    "mpi",
+    "openvino",
+    "zendnn",
+)
 
 
 class InventorySettings(_Section):
