@@ -249,8 +249,19 @@ class InventorySettings(_Section):
         return value
 
 
+class ForkSettings(_Section):
+    """Reading forks (`autoresearch kb add-fork`), above all forks whose history was rewritten."""
+
+    close_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    """A fork point found by content (no shared commit) is close when at most this fraction of the
+    files under the paths of interest differ; farther, the fork is compared file by file."""
+    max_files: int = Field(3000, ge=1)
+    """File-level mode records at most this many differing files (the paths of interest first)."""
+
+
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    forks: ForkSettings = Field(default_factory=ForkSettings)
     fetch_timeout: float = 20.0
     max_page_bytes: int = 5_000_000
     arxiv_base: str = "https://arxiv.org"
@@ -266,6 +277,11 @@ class KBSettings(_Section):
 class ForkSuggestion(_Section):
     name: str
     url: str
+    branch: str = ""
+    """The branch to follow (empty: the fork's default branch)."""
+    fork_point: str = ""
+    """The fork's commit where it left the target, when the target has no history to find it by
+    (a commit of the fork; its descendants are the fork-only commits)."""
 
 
 class ReadingSettings(_Section):
