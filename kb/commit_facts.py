@@ -101,7 +101,8 @@ def commit_facts(files: Iterable[str], message: str, backends: BackendMap | None
 _NUMBER = r"(\d+(?:\.\d+)?)"
 _GAIN_WORDS = r"(?:faster|speed-?ups?|improvements?|better|gains?|higher|increase|boost|quicker)"
 _PERCENT = re.compile(
-    rf"{_NUMBER}\s*%\s*{_GAIN_WORDS}|(?:speed-?up|faster|improv\w*|gain|boost)\D{{0,20}}?{_NUMBER}\s*%",
+    rf"{_NUMBER}\s*%\s*{_GAIN_WORDS}|(?:speed-?up|faster|improv\w*|gain|boost)\D{{0,20}}?{_NUMBER}\s*%"
+    rf"|(?<![\w.])\+\s*{_NUMBER}\s*%",
     re.IGNORECASE,
 )
 _FACTOR = re.compile(
@@ -148,7 +149,7 @@ def parse_claims(message: str) -> list[Claim]:
     claims: list[Claim] = []
     for pattern, factor in ((_PERCENT, False), (_FACTOR, True)):
         for m in pattern.finditer(message):
-            number = float(m.group(1) or m.group(2))
+            number = float(next(g for g in m.groups() if g))
             value = number - 1 if factor else number / 100
             sentence, at = _sentence(message, m.start(), m.end())
             if 0 < value <= MAX_EFFECT:

@@ -186,8 +186,9 @@ def _closest_to(repo: git.Repo, tip: str, other: str, scope: tuple[str, ...]) ->
     return closest_commit(repo, tip, gitrepo.tree_blobs(repo, other, list(scope)), scope)
 
 
-def _key(differing: int, total: int) -> tuple[float, int]:
-    return (differing / total if total else 1.0, differing)
+def _key(differing: int, total: int) -> float:
+    """Closeness: the fraction of files that differ (ties go to the newer commit, found first)."""
+    return differing / total if total else 1.0
 
 
 def closest_commit(

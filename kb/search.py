@@ -27,10 +27,11 @@ from kb.errors import UserError
 SearchKind = Literal["paper", "commit", "fusion", "note"]
 SEARCH_KINDS: tuple[str, ...] = ("paper", "commit", "fusion", "note")
 
-# Evidence kinds behind each search kind (fusion covers the whole inventory: fusions, gaps, single ops).
+# Evidence kinds behind each search kind (fusion covers the whole inventory: fusions, gaps, single ops;
+# commit covers what forks give: their commits, and their files in file-level mode).
 _EVIDENCE_KINDS: dict[str, tuple[str, ...]] = {
     "paper": ("passage",),
-    "commit": ("commit",),
+    "commit": ("commit", "fork_file"),
     "fusion": ("fusion", "gap", "single_op"),
     "note": ("note",),
 }
