@@ -23,8 +23,19 @@ if TYPE_CHECKING:
     from kb.inventory.layout import BackendMap
 
 AREAS = (
-    "backend", "core", "model", "app", "server", "web", "python", "tests", "build", "ci", "docs", "other",
-)  # fmt: skip
+    "backend",
+    "core",
+    "model",
+    "app",
+    "server",
+    "web",
+    "python",
+    "tests",
+    "build",
+    "ci",
+    "docs",
+    "other",
+)
 MAX_EFFECT = 10.0
 """Larger claimed factors are typos or toy cases; they are kept out of the record."""
 

@@ -563,6 +563,43 @@ ALTER TABLE commits ADD COLUMN claims TEXT
     )
 
 
+@migration
+def m007_search_stems(db: sqlite_utils.Database) -> None:
+    """A second full-text index that forgives word forms, searched after the exact one.
+
+    The porter tokenizer over unicode61 without `_` as a token character: English words are indexed
+    by their stems (`repacked`, `repacking` -> `repack`) and code identifiers by their parts
+    (`ggml_compute_forward_rms_norm` -> ggml compute forward rms norm), so a part or a word form is
+    found; Russian words are kept whole and matched by their snowball stem as a prefix at query time.
+    Same external content and kind column as evidence_fts, kept in sync by its own triggers.
+    """
+    _sql(
+        db,
+        """
+CREATE VIRTUAL TABLE evidence_stem_fts USING fts5 (
+    title, section, body, kind,
+    content = 'evidence', content_rowid = 'id',
+    tokenize = "porter unicode61 remove_diacritics 2"
+);
+CREATE TRIGGER evidence_stem_ai AFTER INSERT ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+CREATE TRIGGER evidence_stem_ad AFTER DELETE ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (evidence_stem_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+END;
+CREATE TRIGGER evidence_stem_au AFTER UPDATE ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (evidence_stem_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+    INSERT INTO evidence_stem_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+INSERT INTO evidence_stem_fts (evidence_stem_fts) VALUES ('rebuild')
+""",
+    )
+
+
 def applied(db: sqlite_utils.Database) -> set[str]:
     if "_migrations" not in db.table_names():
         return set()
