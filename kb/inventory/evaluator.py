@@ -31,7 +31,16 @@ from kb.inventory.csource import (
     strip_parens,
     to_semicolon,
 )
-from kb.inventory.model import MAX_VARIANTS, BackendResult, Rule, ScanOptions, Unresolved
+from kb.inventory.model import (
+    MAX_VARIANTS,
+    BackendResult,
+    Rule,
+    ScanOptions,
+    Site,
+    Unclassified,
+    Unresolved,
+    normalise,
+)
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,11 @@ class Evaluator:
         self._site_functions: set[tuple[str, int]] = set()
 
     def _function(self, name: str) -> tuple[SourceFile, Function] | None:
-        """The definition of `name` in this backend (segmenting only files that mention it)."""
+        """The definition of `name` in this backend or a shared file (segmenting only files that
+        mention it)."""
         if name not in self._functions:
             found: tuple[SourceFile, Function] | None = None
-            for f in self.files:
+            for f in [*self.files, *self.shared]:
                 if name in f.code:
                     fn = f.function_by_name.get(name)
                     if fn is not None:
@@ -98,8 +108,9 @@ class Evaluator:
     @staticmethod
     def _unwrap(text: str) -> str:
         t = text.strip()
-        t = re.sub(r"\.\s*(?:data|begin)\s*\(\s*\)\s*$", "", t)
+        t = re.sub(r"\s*(?:\.|->)\s*(?:data|begin)\s*\(\s*\)\s*$", "", t)
         t = re.sub(r"^&\s*(\w+)\s*\[\s*0\s*\]$", r"\1", t)
+        t = re.sub(r"^[*&]\s*(?=[A-Za-z_][\w.>\-]*$)", "", t)  # *ops, &named_list, *entry.ops
         t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*(?:const\s*)?\*\s*\)\s*", "", t)
         t = re.sub(r"^(?:const\s+)?(?:std::)?(?:initializer_list|vector|array)\s*<[^{]*>\s*(?=\{)", "", t)
         t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*\[\s*\w*\s*\]\s*\)\s*(?=\{)", "", t)
@@ -183,7 +194,9 @@ class Evaluator:
                 return None
             return (left == right) == (m.group(2) == "==")
         value = self._scalar(t, env)
-        return value if isinstance(value, bool) else None
+        if isinstance(value, int):  # bool is an int too; `if (0 && ...)` is as dead as `false`
+            return bool(value)
+        return None
 
     def _scalar(self, text: str, env: dict[str, object]) -> object | None:
         t = strip_parens(text)
@@ -306,6 +319,10 @@ class Evaluator:
         if m and fn is not None:
             return self._table(f, fn, pos, m.group(1), m.group(2), t)
         if IDENT.fullmatch(t):
+            if fn is not None:  # a loop variable shadows any outer name: for (auto & ops : patterns)
+                rows = self._loop_rows(f, fn, pos, t, None, t)
+                if rows is not None:
+                    return rows
             d = self._definition(f, fn, pos, t)
             if fn is not None and (d is None or d.func is None):
                 alias = self._local_scalar(f, fn, pos, t)
@@ -377,48 +394,93 @@ class Evaluator:
         self, f: SourceFile, fn: Function, pos: int, var: str, member: str, text: str
     ) -> list[Variant]:
         """`for (auto & row : TABLE) ... row.member`: every row of the registry is a fusion."""
-        iterable: str | None = None
+        found = self._loop_rows(f, fn, pos, var, member, text)
+        if found is None:
+            if fn.param_index(var) is not None:
+                raise Unresolved(f"{text}: {var} is a parameter, the list is chosen by the caller")
+            raise Unresolved(f"{text}: {var} is neither a loop over a table nor a list")
+        return found
+
+    def _loop_binding(self, f: SourceFile, fn: Function, pos: int, var: str) -> tuple[str, int | None] | None:
+        """(the iterable, the element index of a structured binding) of the innermost range-for
+        around `pos` that binds `var` (`for (auto & var : TABLE)`, `for (auto & [name, var] : TABLE)`)."""
+        found: tuple[str, int | None] | None = None
         for stmt, part in path_to(f.body(fn), pos):
             if stmt.kind == "loop" and part == "body" and stmt.head:
                 header = f.code[stmt.head[0] : stmt.head[1]]
                 pieces = re.split(r"(?<!:):(?!:)", header)
-                if len(pieces) == 2 and re.search(rf"\b{re.escape(var)}\s*$", pieces[0]):
-                    iterable = pieces[1].strip()
-        if iterable is None:
-            m = re.search(r"\b(\w+)\s*\[\s*\w+\s*\]\s*$", var)
-            iterable = m.group(1) if m else None
-        if iterable is None:
-            if fn.param_index(var) is not None:
-                raise Unresolved(f"{text}: {var} is a parameter, the list is chosen by the caller")
-            raise Unresolved(f"{text}: {var} is neither a loop over a table nor a list")
-        d = self._definition(f, fn, pos, iterable) if IDENT.fullmatch(iterable) else None
-        if d is None or d.init is None:
-            raise Unresolved(f"{text}: table {iterable} has no initializer to read")
-        code = d.file.code
-        close = match_forward(code, d.init)
+                if len(pieces) != 2:
+                    continue
+                binding = re.search(r"\[([^\]]*)\]\s*$", pieces[0])
+                if binding:
+                    names = [n.strip() for n in binding.group(1).split(",")]
+                    if var in names:
+                        found = (pieces[1].strip(), names.index(var))
+                elif re.search(rf"\b{re.escape(var)}\s*$", pieces[0]):
+                    found = (pieces[1].strip(), None)
+        if found is None:
+            m = re.search(r"\b(\w+)\s*\[\s*\w+\s*\]\s*$", var)  # table[k].member
+            return (m.group(1), None) if m else None
+        return found
+
+    def _loop_rows(
+        self, f: SourceFile, fn: Function, pos: int, var: str, member: str | None, text: str
+    ) -> list[Variant] | None:
+        """The op lists a loop variable takes: each row of the table (or braced list) the loop runs
+        over, the row itself, its `member`, or the element a structured binding names. None when
+        `var` is no loop variable."""
+        binding = self._loop_binding(f, fn, pos, var)
+        if binding is None:
+            return None
+        iterable, index = binding
+        if iterable.startswith("{"):  # for (const auto * ops : { &a, &b })
+            rows_file, label = f, "list"
+            at = max(f.code.find(iterable, fn.open), 0)
+            inner = iterable[1 : match_forward(iterable, 0)]
+            rows = [(elem, at + 1 + off) for elem, off in split_top(inner)]
+        else:
+            d = self._definition(f, fn, pos, iterable) if IDENT.fullmatch(iterable) else None
+            if d is None or d.init is None:
+                raise Unresolved(f"{text}: table {iterable} has no initializer to read")
+            rows_file, label = d.file, f"table {iterable}"
+            close = match_forward(d.file.code, d.init)
+            rows = [(row, d.init + 1 + off) for row, off in split_top(d.file.code[d.init + 1 : close])]
         out: list[Variant] = []
-        for row, off in split_top(code[d.init + 1 : close]):
+        for row, row_pos in rows:
             if not row:
                 continue
-            row_pos = d.init + 1 + off
-            elems = split_top(row[1 : match_forward(row, 0)]) if row.startswith("{") else [(row, 0)]
-            lists: list[tuple[str, ...]] | None = None
-            for elem, _ in elems:
-                named = re.fullmatch(rf"\.{re.escape(member)}\s*=\s*(.+)", elem, re.S)
-                candidate = named.group(1) if named else elem
-                try:
-                    lists = self._row_list(d.file, candidate)
-                except Unresolved:
-                    lists = None
-                if lists is not None or named:
-                    break
+            lists, elems = self._row_lists(rows_file, row, member, index)
             if not lists:
-                raise Unresolved(f"a row of table {iterable} has no op list the scanner can read")
-            self._table_functions |= {e for e, _ in elems if IDENT.fullmatch(e)}
-            kinds = self._row_unary(d.file, [e for e, _ in elems])
+                raise Unresolved(f"a row of {label} has no op list the scanner can read")
+            self._table_functions |= {e for e in elems if IDENT.fullmatch(e)}
+            kinds = self._row_unary(rows_file, elems)
             for ops in lists:
-                out.append(Variant(ops, d.file, row_pos, f"table {iterable}", kinds))
+                out.append(Variant(ops, rows_file, row_pos, label, kinds))
         return out
+
+    def _row_lists(
+        self, f: SourceFile, row: str, member: str | None, index: int | None
+    ) -> tuple[list[tuple[str, ...]] | None, list[str]]:
+        """(the op lists of one row, the row's elements)."""
+        row = row.strip()
+        elems = [e for e, _ in split_top(row[1 : match_forward(row, 0)])] if row.startswith("{") else [row]
+        if member is None and index is None:
+            whole = self._row_list(f, row)
+            if whole is not None:
+                return whole, elems
+        if index is not None:
+            return (self._row_list(f, elems[index]) if index < len(elems) else None), elems
+        lists: list[tuple[str, ...]] | None = None
+        for elem in elems:
+            named = re.fullmatch(rf"\.{re.escape(member or '')}\s*=\s*(.+)", elem, re.S) if member else None
+            candidate = named.group(1) if named else elem
+            try:
+                lists = self._row_list(f, candidate)
+            except Unresolved:
+                lists = None
+            if lists is not None or named:
+                break
+        return lists, elems
 
     def _row_list(self, f: SourceFile, text: str) -> list[tuple[str, ...]] | None:
         t = self._unwrap(text)
@@ -498,6 +560,39 @@ class Evaluator:
             return False
         word = re.search(r"(\w+)$", before)
         return not (word and word.group(1) in ("return", "case", "else", "sizeof", "new", "delete"))
+
+    # -- output --
+
+    def _emit(
+        self,
+        f: SourceFile,
+        pos: int,
+        raw: tuple[str, ...],
+        unary: tuple[str, ...] | None,
+        how: str,
+        snippet_pos: int,
+    ) -> None:
+        ops = list(raw)
+        if unary:
+            slots = [i for i, op in enumerate(ops) if op == self.options.unary_op]
+            if len(slots) == len(unary):
+                for i, kind in zip(slots, unary, strict=True):
+                    ops[i] = f"{self.options.unary_op}:{kind}"
+        normal = normalise(ops, self.options.view_ops)
+        if len(normal) < 2:
+            self._exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
+            return
+        self.result.sites.append(
+            Site(self.backend, normal, tuple(ops), f.path, f.line_of(pos), how, f.snippet(snippet_pos))
+        )
+
+    def _unclassified(self, f: SourceFile, pos: int, why: str) -> None:
+        self.result.unclassified.append(
+            Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why)
+        )
+
+    def _exclude(self, f: SourceFile, pos: int, why: str) -> None:
+        self.result.excluded.append(Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why))
 
     def _simulate(
         self,

@@ -54,7 +54,7 @@ def scan_tree(tree: Tree, settings: InventorySettings, *, commit: str | None = N
                 continue
             if shared_text is None:
                 shared_text = tree.read(layout.shared)
-            shared = [SourceFile(p, t) for p, t in shared_text.items() if rule.op_prefix in t]
+            shared = [SourceFile(p, t) for p, t in shared_text.items() if any(n in t for n in needles)]
             result = BackendScanner(backend, relevant, shared, rule, options).scan()
             sites.extend(result.sites)
             inv.unclassified.extend(result.unclassified)

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kb.inventory.chains import ChainScanner
 from kb.inventory.csource import (
     IDENT,
     INT,
@@ -40,17 +41,17 @@ from kb.inventory.model import (
     Rule,
     ScanOptions,
     SingleOp,
-    Site,
-    Unclassified,
     Unresolved,
-    normalise,
 )
-from kb.inventory.simulate import Simulator
 
+_BY_HAND = re.compile(
+    r"nodes\s*\[\s*\w+\s*\+\s*(?P<k>\w+)\s*\]\s*->\s*op\s*[!=]=\s*"
+    r"(?P<list>\w+)\s*(?:\.\s*begin\s*\(\s*\)\s*)?\[\s*(?P=k)\s*\]"
+)
+"""`nodes[i + k]->op == ops[k]`: a node compared with the k-th element of a list, by hand."""
 _INDEXED_OP_COMPARE = re.compile(
     r"->\s*op\s*[!=]=\s*\w+\s*(?:\.\s*begin\s*\(\s*\)\s*)?\[|\]\s*[!=]=\s*[\w\[\]\->.+ ]*->\s*op\b"
 )
-_NEXT_NODE_OP = re.compile(r"\[\s*\w+\s*\+\s*[12]\s*\]\s*(?:->\s*op\b|;)")
 
 
 @dataclass
@@ -75,7 +76,7 @@ def _core_predicate(name: str, nargs: int) -> tuple[int, int | None, int | None]
     return 2, 3, 1
 
 
-class BackendScanner(Simulator):
+class BackendScanner(ChainScanner):
     """All the analysis of one backend (its files, plus shared files for definitions)."""
 
     def __init__(
@@ -93,10 +94,13 @@ class BackendScanner(Simulator):
 
     def scan(self) -> BackendResult:
         relevant = [f for f in self.files if self.rule.op_prefix in f.raw or self._mentions_calls(f)]
-        self._discover_predicates(relevant)
+        # Wrappers may be defined in any file of the backend, or in a shared header.
+        self._discover_predicates([*relevant, *self.shared])
         for f in relevant:
             self._scan_calls(f)
             self._scan_case_next(f)
+            self._scan_loop_matches(f)
+            self._scan_other_calls(f)
             if self.rule.pattern is not None:
                 self._scan_pattern(f)
         for f in relevant:
@@ -164,8 +168,9 @@ class BackendScanner(Simulator):
                 return
 
     def _call_re(self) -> re.Pattern[str]:
+        """Calls of the predicates; a wrapper may be a method (`ctx->can_fuse(i, {...})`)."""
         names = sorted(self.predicates, key=len, reverse=True)
-        return re.compile(r"(?<![\w.>:])(" + "|".join(re.escape(n) for n in names) + r")\s*\(")
+        return re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in names) + r")\s*\(")
 
     def _args(self, f: SourceFile, open_paren: int) -> list[tuple[str, int]]:
         close = match_forward(f.code, open_paren)
@@ -205,6 +210,9 @@ class BackendScanner(Simulator):
             pred = self.predicates[m.group(1)]
             if pred.name == fn.name:
                 continue  # recursion inside a helper
+            if self._dead(f, path_to(f.body(fn), m.start())):
+                self._exclude(f, m.start(), f"{pred.name}() in dead code (a condition that is always false)")
+                continue
             args = self._args(f, m.end() - 1)
             try:
                 self._site(f, fn, m.start(), pred, args)
@@ -323,55 +331,62 @@ class BackendScanner(Simulator):
 
     # -- other shapes --
 
-    def _scan_case_next(self, f: SourceFile) -> None:
-        """`case OP_A: ... nodes[i + 1]->op == OP_B` : a hand-written check that the next node is B."""
-        prefix = re.escape(self.rule.op_prefix)
-        if "->op" not in f.code or "case" not in f.code or not _NEXT_NODE_OP.search(f.code):
+    def _scan_loop_matches(self, f: SourceFile) -> None:
+        """A loop over a table of op lists that compares the nodes with each list by hand
+        (`nodes[i + k]->op == ops[k]`): every row of the table is a fusion."""
+        if "->op" not in f.code:
             return
-        for m in re.finditer(rf"\bcase\s+{prefix}(\w+)\s*:", f.code):
+        for m in _BY_HAND.finditer(f.code):
             fn = f.function_at(m.start())
-            if fn is None or self.options.reorder.search(fn.name):
+            var = m.group("list")
+            if fn is None or self.options.reorder.search(fn.name) or fn.param_index(var) is not None:
+                continue  # a function comparing its parameter is a matcher: its callers are the sites
+            try:
+                rows = self._loop_rows(f, fn, m.start(), var, None, var)
+            except Unresolved as exc:
+                self._unclassified(f, m.start(), str(exc))
                 continue
-            end = self._case_end(f.code, m.end(), fn.close)
-            region = f.code[m.end() : end]
-            found: dict[int, str] = {}
-            where: dict[int, int] = {}
-            for c in re.finditer(rf"\[\s*\w+\s*\+\s*([12])\s*\]\s*->\s*op\s*==\s*{prefix}(\w+)", region):
-                found.setdefault(int(c.group(1)), c.group(2))
-                where.setdefault(int(c.group(1)), m.end() + c.start())
-            for a in re.finditer(r"(\w+)\s*=\s*[^;=]*\[\s*\w+\s*\+\s*([12])\s*\]\s*;", region):
-                var, k = a.group(1), int(a.group(2))
-                c2 = re.search(rf"\b{re.escape(var)}\s*->\s*op\s*==\s*{prefix}(\w+)", region)
-                if c2:
-                    found.setdefault(k, c2.group(1))
-                    where.setdefault(k, m.end() + c2.start())
-            if 1 not in found:
+            if rows is None:
                 continue
-            ops = (m.group(1), found[1], *((found[2],) if 2 in found else ()))
             self._site_functions.add((f.path, fn.open))
-            self._emit(
-                f,
-                where[1],
-                ops,
-                None,
-                f"case {self.rule.op_prefix}{m.group(1)}: next-node check",
-                snippet_pos=where[1],
-            )
+            for v in rows:
+                how = f"{v.how} matched by hand"
+                self._emit(
+                    v.file or f, v.pos or m.start(), v.ops, v.unary, how, snippet_pos=v.pos or m.start()
+                )
+
+    def _scan_other_calls(self, f: SourceFile) -> None:
+        """Calls that look like fusion checks (`*can_fuse*(..., {GGML_OP_...})`) but are none of the
+        predicates: said why, never guessed."""
+        prefix = self.rule.op_prefix
+        if "can_fuse" not in f.code:
+            return
+        for m in re.finditer(r"(?<![\w:])(\w*can_fuse\w*)\s*\(", f.code):
+            name = m.group(1)
+            fn = f.function_at(m.start())
+            if name in self.predicates or fn is None or m.start() == fn.name_pos:
+                continue
+            args = self._args(f, m.end() - 1)
+            if not any(prefix in text for text, _ in args):
+                continue  # no op list written at the call: a helper checking something else
+            found = self._function(name)
+            if found is None:
+                why = f"{name}() is not defined in this backend or a shared file"
+                self._unclassified(f, m.start(), why)
+            elif self._returns_false_first(*found):
+                self._exclude(f, m.start(), f"{name}() returns false before any check: it never fuses")
+            else:
+                why = f"{name}() checks fusions without a fusion predicate the scanner reads"
+                self._unclassified(f, m.start(), why)
 
     @staticmethod
-    def _case_end(code: str, start: int, limit: int) -> int:
-        depth = 0
-        for m in re.finditer(r"[{}]|\bcase\b|\bdefault\s*:", code[start:limit]):
-            token = m.group()
-            if token == "{":
-                depth += 1
-            elif token == "}":
-                depth -= 1
-                if depth < 0:
-                    return start + m.start()
-            elif depth == 0:
-                return start + m.start()
-        return limit
+    def _returns_false_first(f: SourceFile, fn: Function) -> bool:
+        body = f.body(fn)
+        return (
+            bool(body)
+            and body[0].kind == "jump"
+            and bool(re.fullmatch(r"return\s+(?:false|0)\s*;", f.code[body[0].start : body[0].end].strip()))
+        )
 
     def _scan_pattern(self, f: SourceFile) -> None:
         assert self.rule.pattern is not None
@@ -423,36 +438,3 @@ class BackendScanner(Simulator):
                         self.result.singles.append(
                             SingleOp(self.backend, m.group(1), f.path, f.line_of(m.start()))
                         )
-
-    # -- output --
-
-    def _emit(
-        self,
-        f: SourceFile,
-        pos: int,
-        raw: tuple[str, ...],
-        unary: tuple[str, ...] | None,
-        how: str,
-        snippet_pos: int,
-    ) -> None:
-        ops = list(raw)
-        if unary:
-            slots = [i for i, op in enumerate(ops) if op == self.options.unary_op]
-            if len(slots) == len(unary):
-                for i, kind in zip(slots, unary, strict=True):
-                    ops[i] = f"{self.options.unary_op}:{kind}"
-        normal = normalise(ops, self.options.view_ops)
-        if len(normal) < 2:
-            self._exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
-            return
-        self.result.sites.append(
-            Site(self.backend, normal, tuple(ops), f.path, f.line_of(pos), how, f.snippet(snippet_pos))
-        )
-
-    def _unclassified(self, f: SourceFile, pos: int, why: str) -> None:
-        self.result.unclassified.append(
-            Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why)
-        )
-
-    def _exclude(self, f: SourceFile, pos: int, why: str) -> None:
-        self.result.excluded.append(Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why))
