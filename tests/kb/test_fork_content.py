@@ -310,3 +310,22 @@ def test_a_bad_fork_point_is_refused_and_changes_nothing(tmp_path: Path) -> None
     with pytest.raises(UserError, match=f"fork point {stranger[:12]}: not a commit of the fork's branch"):
         add_fork(ws, ws.db(), "ik", str(fork.path), fork_point=stranger[:12])
     assert list_forks(ws.db()) == []
+
+
+def test_the_recipe_reads_ik_llama_cpp_out_of_the_box(tmp_path: Path) -> None:
+    """The llama.cpp recipe's config: ik's CPU kernels are paths of interest, and ik_llama.cpp is a
+    suggested fork with its fork point, so `kb add-fork ik_llama.cpp` needs nothing more."""
+    import tomllib
+
+    from kb.config import parse_settings
+    from runner.recipes import llamacpp
+
+    data = llamacpp.settings_overrides(tmp_path / "model.gguf")
+    data["target"]["path"] = str(tmp_path)
+    settings = parse_settings(data, "recipe")
+    assert {"ggml/src/iqk/", "ggml/src/ggml.c", "ggml/src/ggml-cpu/"} <= set(
+        settings.target.paths_of_interest
+    )
+    ik = next(f for f in settings.reading.forks if f.name == "ik_llama.cpp")
+    assert (ik.branch, ik.fork_point) == ("main", llamacpp.IK_FORK_POINT)
+    assert parse_settings(tomllib.loads(dump_settings(settings)), "round trip") == settings  # the toml
