@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kb.inventory.layout import BackendMap
+    from kb.inventory.layout import BackendMap, HistoryBackends
 
 AREAS = (
     "backend",
@@ -96,7 +96,9 @@ def area_of(path: str, backend: str | None) -> str:
     return "other"
 
 
-def commit_facts(files: Iterable[str], message: str, backends: BackendMap | None) -> CommitFacts:
+def commit_facts(
+    files: Iterable[str], message: str, backends: BackendMap | HistoryBackends | None
+) -> CommitFacts:
     touched: set[str] = set()
     areas: set[str] = set()
     for path in files:

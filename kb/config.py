@@ -217,7 +217,10 @@ class InventorySettings(_Section):
     """Backend -> files, folders (`dir/`) or globs, relative to the tree's top, for trees the built-in
     layout does not describe (`cpu = ["ggml/src/iqk/", "ggml/src/ggml.c"]`). Wins over the rest."""
     old_layout_cpu: list[str] = Field(
-        default_factory=lambda: ["ggml.c", "ggml-quants.c", "ggml-aarch64.c", "iqk/", "llamafile/"]
+        default_factory=lambda: [
+            *("ggml.c", "ggml-quants.c", "ggml-quants.h", "ggml-aarch64.c", "ggml-aarch64.h"),
+            *("iqk/", "llamafile/", "iqk[-_]*", "sgemm.*"),
+        ]
     )
     """The CPU backend's files, relative to the backends folder, in ggml trees with no `ggml-cpu`
     folder (llama.cpp before its 2024 reorganisation, ik_llama.cpp)."""

@@ -26,7 +26,7 @@ from kb.forklog import NUMSTAT, DiffCapper, DiffText, changed_lines, raw_entry
 if TYPE_CHECKING:
     import git
 
-    from kb.inventory.layout import BackendMap
+    from kb.inventory.layout import BackendMap, HistoryBackends
 
 _STATUS = {"M": "modified", "T": "modified", "A": "added", "D": "deleted"}
 
@@ -52,7 +52,7 @@ def compare_files(
     *,
     per_file: int,
     max_files: int,
-    backends: BackendMap | None,
+    backends: BackendMap | HistoryBackends | None,
 ) -> tuple[list[ForkFile], int]:
     """(the differing files, at most `max_files`, and how many differ in all) under `paths`.
 

@@ -44,7 +44,7 @@ from kb.forkpoint import ForkPoint, find_fork_point
 if TYPE_CHECKING:
     import git
 
-    from kb.inventory.layout import BackendMap
+    from kb.inventory.layout import HistoryBackends
     from kb.workspace import Workspace
 
 __all__ = [
@@ -390,7 +390,7 @@ def _record(
     started: float,
     note: str = "",
 ) -> ForkResult:
-    from kb.inventory.layout import BackendMap
+    from kb.inventory.layout import HistoryBackends
 
     existing = req.existing
     known: set[str] = set()
@@ -399,7 +399,7 @@ def _record(
         known = {r["ref"] for r in rows(db, query, [existing["id"]])}
     old_head = existing["commit_sha"] if existing else None
     mined, ids = _mine(settings, repo, head, point, old_head, known)
-    backends = BackendMap.for_paths(gitrepo.list_files(repo, head), settings.inventory)
+    backends = HistoryBackends.for_paths(gitrepo.list_files(repo, head), settings.inventory)
     # `upstreamed`: only the new commits, unless the baseline or the fork point moved (then all).
     previous = req.meta.get("fork_point", {})
     recheck_all = existing is not None and (
@@ -538,7 +538,7 @@ def _stored_patches(db: sqlite_utils.Database, source_id: int) -> dict[str, _Pat
     return {r["sha"]: (r["patch_id"], frozenset(json.loads(r["files"]))) for r in found}
 
 
-def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: BackendMap) -> None:
+def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBackends) -> None:
     """Commits mined before their facts were recorded (an older schema) get them now."""
     found = rows(
         db,

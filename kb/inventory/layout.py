@@ -201,6 +201,29 @@ class BackendMap:
         return "files " + ", ".join(sorted({p.rsplit("/", 1)[-1] for p in files})[:3])
 
 
+@dataclass
+class HistoryBackends:
+    """Backend rules for the paths of a whole history: a fork's commits touch files at every layout
+    it has had (ik_llama.cpp kept `ggml.c` and `iqk_mul_mat.cpp` at the top before `ggml/src/`).
+    Each candidate backends folder gets its own rules; the first that claims a path answers."""
+
+    maps: list[BackendMap]
+
+    @classmethod
+    def for_paths(cls, paths: Sequence[str], settings: InventorySettings) -> HistoryBackends:
+        if settings.backends_root:
+            return cls([BackendMap.for_paths(paths, settings)])
+        sources = [p for p in paths if _is_source(p, settings.extensions)]
+        return cls([BackendMap._at(root, sources, settings) for root in GGML_ROOTS])
+
+    def backend_of(self, path: str) -> str | None:
+        for rules in self.maps:
+            backend = rules.backend_of(path)
+            if backend is not None:
+                return backend
+        return None
+
+
 def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 

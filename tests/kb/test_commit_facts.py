@@ -76,3 +76,22 @@ def test_areas_and_backends_follow_the_inventory_rules() -> None:
         "core",
         "python",
     ]
+
+
+def test_commits_from_an_older_layout_are_classified_too() -> None:
+    """ik_llama.cpp kept its CPU kernels at the top of the tree before ggml/src/: a commit of that time
+    touches `iqk_mul_mat.cpp`, `ggml.c`, `ggml-cuda/convert.cu`, `ggml-metal.metal`."""
+    from kb.inventory.layout import HistoryBackends
+
+    head = ["ggml/src/ggml.c", "ggml/src/iqk/iqk_mul_mat.cpp", "ggml/src/ggml-cuda/fa.cu", "src/llama.cpp"]
+    rules = HistoryBackends.for_paths(head, InventorySettings())
+    old = [
+        "iqk_mul_mat.cpp",
+        "iqk-quantize.cpp",
+        "ggml.c",
+        "ggml-cuda/convert.cu",
+        "ggml-metal.metal",
+        "llama.cpp",
+    ]
+    assert [rules.backend_of(p) for p in old] == ["cpu", "cpu", "cpu", "cuda", "metal", None]
+    assert [rules.backend_of(p) for p in head] == ["cpu", "cpu", "cuda", None]
