@@ -31,16 +31,7 @@ from kb.inventory.csource import (
     strip_parens,
     to_semicolon,
 )
-from kb.inventory.model import (
-    MAX_VARIANTS,
-    BackendResult,
-    Rule,
-    ScanOptions,
-    Site,
-    Unclassified,
-    Unresolved,
-    normalise,
-)
+from kb.inventory.model import MAX_VARIANTS, Reporter, Rule, ScanOptions, Unresolved
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ class Definition:
     func: Function | None
 
 
-class Evaluator:
+class Evaluator(Reporter):
     """The possible values of op-valued expressions and op lists in one backend's sources (plus the
     shared files, for definitions). The scanner (kb/inventory/scanner.py) builds on it."""
 
@@ -73,12 +64,10 @@ class Evaluator:
         rule: Rule,
         options: ScanOptions,
     ) -> None:
-        self.backend = backend
+        super().__init__(backend, options)
         self.files = list(files)
         self.shared = list(shared)
         self.rule = rule
-        self.options = options
-        self.result = BackendResult()
         self._defs: dict[tuple[str, str], list[Definition]] = {}
         self._op_re = re.compile(rf"^{re.escape(rule.op_prefix)}(\w+)$")
         self._unary_re = re.compile(rf"^{re.escape(rule.unary_prefix)}(\w+)$") if rule.unary_prefix else None
@@ -560,39 +549,6 @@ class Evaluator:
             return False
         word = re.search(r"(\w+)$", before)
         return not (word and word.group(1) in ("return", "case", "else", "sizeof", "new", "delete"))
-
-    # -- output --
-
-    def _emit(
-        self,
-        f: SourceFile,
-        pos: int,
-        raw: tuple[str, ...],
-        unary: tuple[str, ...] | None,
-        how: str,
-        snippet_pos: int,
-    ) -> None:
-        ops = list(raw)
-        if unary:
-            slots = [i for i, op in enumerate(ops) if op == self.options.unary_op]
-            if len(slots) == len(unary):
-                for i, kind in zip(slots, unary, strict=True):
-                    ops[i] = f"{self.options.unary_op}:{kind}"
-        normal = normalise(ops, self.options.view_ops)
-        if len(normal) < 2:
-            self._exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
-            return
-        self.result.sites.append(
-            Site(self.backend, normal, tuple(ops), f.path, f.line_of(pos), how, f.snippet(snippet_pos))
-        )
-
-    def _unclassified(self, f: SourceFile, pos: int, why: str) -> None:
-        self.result.unclassified.append(
-            Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why)
-        )
-
-    def _exclude(self, f: SourceFile, pos: int, why: str) -> None:
-        self.result.excluded.append(Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why))
 
     def _simulate(
         self,

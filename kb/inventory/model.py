@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kb.inventory.csource import SourceFile
 
 MAX_VARIANTS = 64
 """Most op lists one call site may stand for (loop values x branches) before it is unclassified."""
@@ -172,3 +175,44 @@ class Inventory:
         for f in self.fusions:
             out.setdefault(f.key, set()).add(f.backend)
         return out
+
+
+class Reporter:
+    """What a backend scan reports: sites (normalised to fusion keys), and the notes on what was left
+    out (excluded) or could not be read (unclassified), each with file, line, snippet and reason."""
+
+    def __init__(self, backend: str, options: ScanOptions) -> None:
+        self.backend = backend
+        self.options = options
+        self.result = BackendResult()
+
+    def _emit(
+        self,
+        f: SourceFile,
+        pos: int,
+        raw: tuple[str, ...],
+        unary: tuple[str, ...] | None,
+        how: str,
+        snippet_pos: int,
+    ) -> None:
+        ops = list(raw)
+        if unary:
+            slots = [i for i, op in enumerate(ops) if op == self.options.unary_op]
+            if len(slots) == len(unary):
+                for i, kind in zip(slots, unary, strict=True):
+                    ops[i] = f"{self.options.unary_op}:{kind}"
+        normal = normalise(ops, self.options.view_ops)
+        if len(normal) < 2:
+            self._exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
+            return
+        self.result.sites.append(
+            Site(self.backend, normal, tuple(ops), f.path, f.line_of(pos), how, f.snippet(snippet_pos))
+        )
+
+    def _unclassified(self, f: SourceFile, pos: int, why: str) -> None:
+        self.result.unclassified.append(
+            Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why)
+        )
+
+    def _exclude(self, f: SourceFile, pos: int, why: str) -> None:
+        self.result.excluded.append(Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why))
