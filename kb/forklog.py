@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Self
 
 from kb.gitrepo import unquote_path
 
@@ -33,6 +33,12 @@ class DiffText:
     @property
     def diff(self) -> str:
         return b"".join(self.diff_parts).decode("utf-8", "replace")
+
+    def packed(self) -> Self:
+        """The kept lines joined into one bytes object: a line is ~40 bytes of list and object
+        overhead, and a mined fork's diffs stay in memory until they are written in one transaction."""
+        self.diff_parts = [b"".join(self.diff_parts)] if len(self.diff_parts) > 1 else self.diff_parts
+        return self
 
 
 @dataclass
@@ -121,7 +127,7 @@ def parse_log(
     for line in lines:
         if line.startswith(b"\x1e"):
             if commit is not None:
-                yield commit
+                yield commit.packed()
             commit, capper, in_diff = None, None, False
             header = line[1:]
         elif header is not None:
@@ -162,7 +168,7 @@ def parse_log(
                 commit.insertions += int(match.group(1))
                 commit.deletions += int(match.group(2))
     if commit is not None:
-        yield commit
+        yield commit.packed()
 
 
 def changed_lines(diff: str, limit: int = BODY_DIFF_CHARS) -> str:
