@@ -1,18 +1,22 @@
-"""Fork mining throughput: `kb add-fork` on a 2,000-commit fork, then incremental refreshes.
+"""Fork mining throughput: `kb add-fork` on forks of 2,000 and 20,000 commits, then refreshes.
 
-    .venv/bin/python benchmarks/bench_forks.py [--commits 2000]
+    .venv/bin/python benchmarks/bench_forks.py [--commits 2000 --commits 20000] [--history shared|rewritten]
 
 The repositories are generated with `git fast-import` (seconds, not minutes): an upstream of 60 C
 files, and a fork whose commits each edit a few lines of one file or add a new file; 5% of the
 fork's commits are also applied upstream (so `git cherry` marks them upstreamed), and every 100th
 adds a 150 kB generated table (diff capped). A workspace is created on the upstream, then timed:
 the first `add_fork` (all commits), a refresh with nothing new, and a refresh with 20 new commits.
+With `--history rewritten` the fork's base is a copy of the upstream commit (same tree, another
+date), so the two share no commit and the fork point is found by content (ik_llama.cpp's case).
+Each timed step runs in a child process, so its peak memory is its own.
 Goal (issue 3): >= 200 commits/s. Prints figures; not a pass/fail test.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -23,7 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kb.forks import add_fork  # noqa: E402
 from kb.init import TargetSpec, create_workspace  # noqa: E402
 
 FILES = 60
@@ -77,7 +80,7 @@ def source_file(index: int, version: int, rng: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(root: Path, commits: int, seed: int = 5) -> tuple[Path, Path]:
+def build(root: Path, commits: int, seed: int = 5, rewritten: bool = False) -> tuple[Path, Path]:
     rng = random.Random(seed)
     upstream, fork = root / "upstream", root / "fork.git"
     subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True, env=ENV)
@@ -85,7 +88,8 @@ def build(root: Path, commits: int, seed: int = 5) -> tuple[Path, Path]:
     base_files = {f"ggml/src/ggml-cpu/op{i}.c": source_file(i, 0, rng) for i in range(FILES)}
     importer = Importer()
     base = importer.commit("main", "Initial import", base_files, None)
-    fork_head = base
+    # Rewritten history: the fork starts from a copy of the upstream commit (same tree, other date).
+    fork_head = importer.commit("fork-main", "Initial import", base_files, None) if rewritten else base
     upstream_head = importer.commit("main", "Upstream: docs", {"docs/README.md": "upstream docs\n"}, base)
     versions = dict.fromkeys(range(FILES), 0)
     for n in range(commits):
@@ -124,29 +128,64 @@ def add_commits(fork: Path, count: int) -> None:
     importer.run(fork)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commits", type=int, default=2000)
-    args = parser.parse_args()
+_STEP = """
+import json, resource, sys, time
+from pathlib import Path
+from kb.forks import add_fork
+from kb.workspace import Workspace
+ws = Workspace(Path(sys.argv[1]))
+result = add_fork(ws, ws.db(), "bench", sys.argv[2] if len(sys.argv) > 2 else None)
+me = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({**result.to_json(), "rss_kb": me.ru_maxrss}))
+"""
+
+
+def step(ws: Path, fork: Path | None) -> dict[str, object]:
+    """One add_fork in a child process: its result and its peak memory (the git processes it runs
+    are not counted: a forked child reports its parent's size as its own peak)."""
+    args = [sys.executable, "-c", _STEP, str(ws), *([str(fork)] if fork else [])]
+    out = subprocess.run(
+        args, capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1]
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run(commits: int, rewritten: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         started = time.perf_counter()
-        upstream, fork = build(root, args.commits)
+        upstream, fork = build(root, commits, rewritten=rewritten)
         ws = create_workspace(root / "ws", TargetSpec(location=str(upstream)))
-        print(f"fork mining: built a {args.commits}-commit fork in {time.perf_counter() - started:.1f} s")
-        db = ws.db()
-        result = add_fork(ws, db, "bench", str(fork))
+        kind = "rewritten history" if rewritten else "shared history"
+        print(f"fork mining, {kind}: built a {commits}-commit fork in {time.perf_counter() - started:.1f} s")
+        first = step(ws.root, fork)
+        new, seconds = int(str(first["new_commits"])), float(str(first["seconds"]))
+        rss = int(str(first["rss_kb"])) // 1024
+        method = dict(first["fork_point"]).get("method") if isinstance(first["fork_point"], dict) else "?"
         print(
-            f"  first add-fork   {result.new_commits} commits in {result.seconds:6.2f} s = "
-            f"{result.new_commits / result.seconds:7.1f} commits/s ({result.upstreamed} upstreamed)"
+            f"  first add-fork   {new} commits in {seconds:6.2f} s = {new / seconds:7.1f} commits/s "
+            f"({first['upstreamed']} upstreamed; fork point by {method}); peak memory "
+            f"{rss} MB"
         )
+        db = ws.db()
         truncated = db.execute("SELECT count(*) FROM commits WHERE diff_truncated = 1").fetchone()[0]
-        print(f"                   {truncated} diffs truncated at the caps")
-        again = add_fork(ws, db, "bench")
-        print(f"  refresh, no new  {again.seconds:6.2f} s ({again.status})")
+        size = sum(p.stat().st_size for p in ws.root.glob("autoresearch.db*"))
+        print(f"                   {truncated} diffs truncated at the caps; database {size / 1e6:.1f} MB")
+        again = step(ws.root, None)
+        print(f"  refresh, no new  {float(str(again['seconds'])):6.2f} s ({again['status']})")
         add_commits(fork, 20)
-        later = add_fork(ws, db, "bench")
-        print(f"  refresh, 20 new  {later.new_commits} commits in {later.seconds:6.2f} s")
+        later = step(ws.root, None)
+        print(f"  refresh, 20 new  {later['new_commits']} commits in {float(str(later['seconds'])):6.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commits", type=int, action="append", help="fork size (repeatable; 2000 and 20000)")
+    parser.add_argument("--history", choices=["shared", "rewritten"], action="append")
+    args = parser.parse_args()
+    for history in args.history or ["shared", "rewritten"]:
+        for commits in args.commits or [2000, 20000]:
+            run(commits, history == "rewritten")
 
 
 if __name__ == "__main__":

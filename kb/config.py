@@ -194,6 +194,29 @@ class InventoryRule(_Section):
         return value
 
 
+KNOWN_BACKENDS: tuple[str, ...] = (
+    "cpu",
+    "cuda",
+    "hip",
+    "musa",
+    "metal",
+    "vulkan",
+    "sycl",
+    "opencl",
+    "kompute",
+    "cann",
+    "rpc",
+    "blas",
+    "webgpu",
+    "hexagon",
+    "zdnn",
+    "amx",
+    "mpi",
+    "openvino",
+    "zendnn",
+)
+
+
 class InventorySettings(_Section):
     """The backend fusion inventory (`autoresearch kb inventory`). Defaults read ggml trees."""
 
@@ -204,6 +227,20 @@ class InventorySettings(_Section):
     backend_dir_pattern: str = ""
     """Regex (full match) with a group `name` that picks backend folders under backends_root
     (empty: `ggml-(?P<name>...)` for ggml, else every folder, named as it is)."""
+    backend_paths: dict[str, list[str]] = Field(default_factory=dict)
+    """Backend -> files, folders (`dir/`) or globs, relative to the tree's top, for trees the built-in
+    layout does not describe (`cpu = ["ggml/src/iqk/", "ggml/src/ggml.c"]`). Wins over the rest."""
+    old_layout_cpu: list[str] = Field(
+        default_factory=lambda: [
+            *("ggml.c", "ggml-quants.c", "ggml-quants.h", "ggml-aarch64.c", "ggml-aarch64.h"),
+            *("iqk/", "llamafile/", "iqk[-_]*", "sgemm.*"),
+        ]
+    )
+    """The CPU backend's files, relative to the backends folder, in ggml trees with no `ggml-cpu`
+    folder (llama.cpp before its 2024 reorganisation, ik_llama.cpp)."""
+    known_backends: list[str] = Field(default_factory=lambda: list(KNOWN_BACKENDS))
+    """Names that make a file `ggml-<name>.<ext>` in the backends folder a backend of its own (the
+    old layout's `ggml-metal.m`, `ggml-vulkan.cpp`); a name with a `ggml-<name>/` folder always does."""
     rules: list[InventoryRule] = Field(default_factory=list)
     """How fusions are decided; empty means ggml's (ggml_can_fuse and relatives, GGML_OP_ ops)."""
     single_ops: list[str] = Field(default_factory=lambda: ["SOFT_MAX", "FLASH_ATTN_EXT", "GLU"])
@@ -229,8 +266,19 @@ class InventorySettings(_Section):
         return value
 
 
+class ForkSettings(_Section):
+    """Reading forks (`autoresearch kb add-fork`), above all forks whose history was rewritten."""
+
+    close_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    """A fork point found by content (no shared commit) is close when at most this fraction of the
+    files under the paths of interest differ; farther, the fork is compared file by file."""
+    max_files: int = Field(3000, ge=1)
+    """File-level mode records at most this many differing files (the paths of interest first)."""
+
+
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    forks: ForkSettings = Field(default_factory=ForkSettings)
     fetch_timeout: float = Field(20.0, gt=0.0, le=3600.0)
     """Seconds one page may take, from connecting to the last byte (redirects included)."""
     max_page_bytes: int = Field(5_000_000, ge=1)
@@ -248,6 +296,11 @@ class KBSettings(_Section):
 class ForkSuggestion(_Section):
     name: str
     url: str
+    branch: str = ""
+    """The branch to follow (empty: the fork's default branch)."""
+    fork_point: str = ""
+    """The fork's commit where it left the target, when the target has no history to find it by
+    (a commit of the fork; its descendants are the fork-only commits)."""
 
 
 class ReadingSettings(_Section):

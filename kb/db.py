@@ -197,6 +197,14 @@ def one(db: sqlite_utils.Database, sql: str, params: Any = ()) -> dict[str, Any]
     return found[0] if found else None
 
 
+def is_cited(db: sqlite_utils.Database, evidence_id: int) -> bool:
+    """A hypothesis or a wave's reflection cites this evidence: it must stay (marked stale, not deleted)."""
+    if one(db, "SELECT 1 AS x FROM hypothesis_evidence WHERE evidence_id = ? LIMIT 1", [evidence_id]):
+        return True
+    wave = one(db, "SELECT 1 AS x FROM waves WHERE reflection_evidence_id = ? LIMIT 1", [evidence_id])
+    return wave is not None
+
+
 def data_version(db: sqlite_utils.Database) -> int:
     """Changes when another connection commits: the TUI polls this to refresh cheaply."""
     return int(db.execute("PRAGMA data_version").fetchone()[0])

@@ -2,74 +2,64 @@
 
     result = add_fork(ws, db, "ik", "https://github.com/ikawrakow/ik_llama.cpp", branch="main")
 
-The fork's branch is fetched into the mirror as `refs/forks/<name>/<branch>`. Its commits that the
-target's baseline does not contain (non-merge commits of `baseline..fork`) become evidence of kind
-`commit`, each with a `commits` row (sha, author, date, subject, message, insertions/deletions, the
-diff capped per file and per commit, binary files noted, patch-id, upstreamed) and one
-`commit_files` row per path. `upstreamed` means `git cherry` found the same patch-id in the baseline
-since the fork point. Re-running reads only commits not yet recorded.
+The fork's branch is fetched into the mirror as `refs/forks/<name>/<branch>`. Where it left the
+target is found by kb/forkpoint.py: the merge base, or by content when the histories share no commit
+(the newest pair of identical trees, else the closest pair under the paths of interest), or a fork
+point given by the user or the recipe; how it was found is kept on the fork's source row
+(`meta.fork_point`). Its commits after that point (non-merge) become evidence of kind `commit`,
+each with a `commits` row (sha, author, date, subject, message, insertions/deletions, the diff capped
+per file and per commit, binary files noted, patch-id, upstreamed, and what the queue ranks by: the
+compute backends and areas its files belong to and the speed-ups its message claims) and one
+`commit_files` row per path. `upstreamed` means an upstream commit since the fork point has the same
+patch-id (`git cherry`'s rule, applied by content when the histories are unrelated). When even the
+closest pair is far, file-level mode records the fork's files against the baseline's instead
+(kb/forkfiles.py). Re-running reads only commits not yet recorded.
 
-Mining is batched: one `git log --numstat -p` process parsed as a stream, one `git patch-id` and
-one `git cherry` pass, whatever the number of commits.
+Mining is batched: one `git log --raw --numstat -p` process parsed as a stream, one `git patch-id`
+pass per side, whatever the number of commits.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlite_utils
 
 from kb import gitrepo
-from kb.config import KBSettings
+from kb.commit_facts import CommitFacts, commit_facts
+from kb.config import ForkSuggestion, KBSettings
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
+from kb.forkfiles import ForkFile, compare_files, store_files
+from kb.forklist import Fork, ForkCommit, list_commits, list_forks
+from kb.forklog import LOG_FORMAT, MinedCommit, evidence_body, parse_log
+from kb.forkpoint import ForkPoint, find_fork_point
 
 if TYPE_CHECKING:
     import git
 
+    from kb.inventory.layout import HistoryBackends
     from kb.workspace import Workspace
 
+__all__ = [
+    "Fork",
+    "ForkCommit",
+    "ForkResult",
+    "MinedCommit",
+    "add_fork",
+    "list_commits",
+    "list_forks",
+    "parse_log",
+]
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_NUMSTAT = re.compile(rb"^(\d+|-)\t(\d+|-)\t(.*)$")
-_HEADER_FIELDS = 7  # sha, author, email, date, subject, body, and the empty rest after the last \x1f
-_LOG_FORMAT = "%x1e%H%x1f%an%x1f%ae%x1f%aI%x1f%s%x1f%b%x1f"
-BODY_DIFF_CHARS = 6000
-"""How much of the changed lines goes into the evidence body, so identifiers in code are searchable."""
-
-
-@dataclass
-class MinedCommit:
-    sha: str
-    author: str
-    email: str
-    date: str
-    subject: str
-    body: str
-    files: list[str] = field(default_factory=list)
-    insertions: int = 0
-    deletions: int = 0
-    binary_files: list[str] = field(default_factory=list)
-    truncated_files: list[str] = field(default_factory=list)
-    diff_truncated: bool = False
-    diff_parts: list[bytes] = field(default_factory=list)
-    diff_bytes: int = 0
-
-    @property
-    def diff(self) -> str:
-        return b"".join(self.diff_parts).decode("utf-8", "replace")
-
-    @property
-    def message(self) -> str:
-        return f"{self.subject}\n\n{self.body}".strip() + "\n" if self.body else self.subject + "\n"
 
 
 @dataclass(frozen=True)
@@ -80,177 +70,18 @@ class ForkResult:
     source_id: int
     head: str
     merge_base: str
+    """The target's commit at the fork point (the merge base, or the commit found by content)."""
     new_commits: int
     commits: int
     upstreamed: int
     seconds: float
+    fork_point: dict[str, Any] = field(default_factory=dict)
+    """How the fork point was found (method, commits, files differing of those compared)."""
+    files: int = 0
+    """Files recorded in file-level mode (the fork's version against the baseline's)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Fork:
-    id: int
-    name: str
-    url: str
-    branch: str
-    head: str
-    merge_base: str
-    commits: int
-    upstreamed: int
-    updated_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ForkCommit:
-    evidence_id: int
-    sha: str
-    subject: str
-    author: str | None
-    date: str | None
-    files: list[str]
-    insertions: int
-    deletions: int
-    upstreamed: bool
-    diff_truncated: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-# --- parsing one batched `git log --numstat -p` ----------------------------------------------------
-
-
-def _unquote_path(raw: bytes) -> str:
-    """numstat paths with special characters come C-quoted ("a\\tb"); the rest are verbatim."""
-    if raw.startswith(b'"') and raw.endswith(b'"'):
-        raw = codecs.escape_decode(raw[1:-1])[0]
-    return raw.decode("utf-8", "replace")
-
-
-class _DiffCapper:
-    """Keeps a commit's diff within the caps while it streams; notes what was cut and why."""
-
-    def __init__(self, commit: MinedCommit, per_file: int, per_commit: int) -> None:
-        self.commit = commit
-        self.per_file = per_file
-        self.per_commit = per_commit
-        self.file_bytes = 0
-        self.file_path = ""
-        self.file_cut = False
-
-    def add(self, line: bytes) -> None:
-        commit = self.commit
-        if line.startswith(b"diff --git "):
-            self.file_bytes = 0
-            self.file_cut = False
-            self.file_path = line.rstrip(b"\n").split(b" b/", 1)[-1].decode("utf-8", "replace")
-        if commit.diff_truncated and commit.diff_bytes >= self.per_commit:
-            return
-        if self.file_cut:
-            return
-        if self.file_bytes + len(line) > self.per_file:
-            self.file_cut = True
-            commit.diff_truncated = True
-            commit.truncated_files.append(self.file_path)
-            self._note(f"... [diff of {self.file_path} cut at {self.per_file:,} bytes]\n")
-            return
-        if commit.diff_bytes + len(line) > self.per_commit:
-            commit.diff_truncated = True
-            self._note(f"... [diff cut at {self.per_commit:,} bytes; later files left out]\n")
-            commit.diff_bytes = self.per_commit
-            return
-        commit.diff_parts.append(line)
-        commit.diff_bytes += len(line)
-        self.file_bytes += len(line)
-
-    def _note(self, text: str) -> None:
-        self.commit.diff_parts.append(text.encode())
-
-
-def parse_log(
-    lines: Iterable[bytes], *, per_file: int, per_commit: int, patches: IO[bytes] | None = None
-) -> Iterator[MinedCommit]:
-    """Commits from `git log --format=<_LOG_FORMAT> --numstat -p`, streamed.
-
-    With `patches`, each commit's full (uncapped) diff is also written there under a `commit <sha>`
-    line, the input `git patch-id` expects."""
-    commit: MinedCommit | None = None
-    capper: _DiffCapper | None = None
-    header: bytes | None = None
-    in_diff = False
-    for line in lines:
-        if line.startswith(b"\x1e"):
-            if commit is not None:
-                yield commit
-            commit, capper, in_diff = None, None, False
-            header = line[1:]
-        elif header is not None:
-            header += line
-        if header is not None:
-            if header.count(b"\x1f") < _HEADER_FIELDS - 1:
-                continue
-            sha, author, email, date, subject, body, _ = (
-                part.decode("utf-8", "replace") for part in header.split(b"\x1f", _HEADER_FIELDS - 1)
-            )
-            commit = MinedCommit(
-                sha=sha, author=author, email=email, date=date, subject=subject, body=body.strip()
-            )
-            capper = _DiffCapper(commit, per_file, per_commit)
-            header = None
-            if patches is not None:
-                patches.write(b"commit " + sha.encode() + b"\n")
-            continue
-        if commit is None or capper is None:
-            continue
-        if in_diff or line.startswith(b"diff --git "):
-            in_diff = True
-            capper.add(line)
-            if patches is not None:
-                patches.write(line)
-            continue
-        match = _NUMSTAT.match(line.rstrip(b"\n"))
-        if match:
-            path = _unquote_path(match.group(3))
-            commit.files.append(path)
-            if match.group(1) == b"-":
-                commit.binary_files.append(path)
-            else:
-                commit.insertions += int(match.group(1))
-                commit.deletions += int(match.group(2))
-    if commit is not None:
-        yield commit
-
-
-def evidence_body(commit: MinedCommit, fork: str) -> str:
-    """What search sees of a commit: its message, the files it touches, and its changed lines."""
-    files = "\n".join(f"{path} (binary)" if path in commit.binary_files else path for path in commit.files)
-    changed: list[str] = []
-    size = 0
-    for line in commit.diff.splitlines():
-        if line.startswith("diff --git "):
-            text = "== " + line.split(" b/", 1)[-1]
-        elif line.startswith(("+++", "---")) or not line.startswith(("+", "-")):
-            continue
-        else:
-            text = line
-        size += len(text) + 1
-        if size > BODY_DIFF_CHARS:
-            changed.append("…")
-            break
-        changed.append(text)
-    parts = [
-        commit.subject,
-        commit.body,
-        f"Fork {fork}, commit {commit.sha[:12]} by {commit.author}",
-        f"Files:\n{files}" if files else "",
-        "\n".join(changed),
-    ]
-    return "\n\n".join(p for p in parts if p)
 
 
 # --- fetching and recording -----------------------------------------------------------------------
@@ -274,25 +105,45 @@ def _baseline(ws: Workspace, repo: git.Repo) -> str:
     return target.baseline_commit or gitrepo.resolve(repo, target.baseline)
 
 
-def add_fork(
+def _suggestion(ws: Workspace, name: str) -> ForkSuggestion | None:
+    """The `[reading]` fork of this name, if the config (a recipe) suggests one."""
+    return next((f for f in ws.settings.reading.forks if f.name == name), None)
+
+
+@dataclass
+class _Request:
+    """What add_fork was asked, completed from the stored fork and the config's suggestion."""
+
+    name: str
+    location: str
+    branch: str | None
+    given: str | None
+    existing: dict[str, Any] | None
+    meta: dict[str, Any]
+    suggested_point: bool = False
+    """The fork point comes from the config's suggestion: ignored (said so) if the fork lacks it."""
+
+
+def _request(
     ws: Workspace,
     db: sqlite_utils.Database,
     name: str,
-    location: str | None = None,
-    *,
-    branch: str | None = None,
-) -> ForkResult:
-    """Add a fork or refresh it (new commits only). Bad input raises UserError; nothing is written
-    to the database or left in the mirror then."""
-    started = time.perf_counter()
+    location: str | None,
+    branch: str | None,
+    fork_point: str | None,
+) -> _Request:
     _check_name(name)
     existing = one(db, "SELECT * FROM sources WHERE kind = 'fork' AND name = ?", [name])
+    meta: dict[str, Any] = json.loads(existing["meta"]) if existing and existing["meta"] else {}
+    suggested = _suggestion(ws, name)
     if location is None:
-        if existing is None:
+        if existing is not None:
+            location = str(existing["url"])
+        elif suggested is not None:
+            location = suggested.url
+        else:
             raise UserError(f"{name}: no such fork (give its URL or path to add it)")
-        location = str(existing["url"])
-    else:
-        location = _location(location)
+    location = _location(location)
     if existing is not None:
         if existing["url"] != location:
             raise UserError(
@@ -303,116 +154,134 @@ def add_fork(
                 f"{name}: already follows branch {existing['ref']}; choose another name for branch {branch}"
             )
         branch = str(existing["ref"])
+    elif branch is None and suggested is not None and suggested.branch:
+        branch = suggested.branch
+    given = fork_point or meta.get("fork_point_given") or ""
+    from_config = not given and suggested is not None and bool(suggested.fork_point)
+    if from_config and suggested is not None:
+        given = suggested.fork_point
+    return _Request(name, location, branch, given or None, existing, meta, from_config)
+
+
+def add_fork(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    name: str,
+    location: str | None = None,
+    *,
+    branch: str | None = None,
+    fork_point: str | None = None,
+) -> ForkResult:
+    """Add a fork or refresh it (new commits only). Bad input raises UserError; nothing is written
+    to the database or left in the mirror then.
+
+    `location` may be left out for a fork already recorded, or one the config's `[reading]` forks
+    suggest (its URL, branch and fork point are used). `fork_point` names the fork's commit where it
+    left the target, for a target with no history to find it by; it is remembered for refreshes."""
+    started = time.perf_counter()
+    req = _request(ws, db, name, location, branch, fork_point)
     repo = gitrepo.open_repo(ws.mirror_path)
-    default, heads = gitrepo.ls_remote(repo, location)
-    if branch is None:
+    default, heads = gitrepo.ls_remote(repo, req.location)
+    if req.branch is None:
         if default is None:
-            raise UserError(f"{location}: its HEAD is not a branch; pass --branch")
-        branch = default
-    if branch not in heads:
+            raise UserError(f"{req.location}: its HEAD is not a branch; pass --branch")
+        req.branch = default
+    if req.branch not in heads:
         listed = ", ".join(sorted(heads)[:10]) or "none"
-        raise UserError(f"{location}: unknown branch {branch!r} (branches: {listed})")
-    if existing is None:
+        raise UserError(f"{req.location}: unknown branch {req.branch!r} (branches: {listed})")
+    if req.existing is None:
         same = one(
-            db, "SELECT name FROM sources WHERE kind = 'fork' AND url = ? AND ref = ?", [location, branch]
+            db,
+            "SELECT name FROM sources WHERE kind = 'fork' AND url = ? AND ref = ?",
+            [req.location, req.branch],
         )
         if same:
-            raise UserError(f"{location} branch {branch}: already recorded as fork {same['name']}")
+            raise UserError(f"{req.location} branch {req.branch}: already recorded as fork {same['name']}")
     baseline = _baseline(ws, repo)
-    final_ref = f"refs/forks/{name}/{branch}"
+    final_ref = f"refs/forks/{name}/{req.branch}"
     temp_ref = f"refs/autoresearch-tmp/{name}-{os.getpid()}"
     try:
-        head = gitrepo.fetch_branch(repo, location, branch, temp_ref)
-        base = gitrepo.merge_base(repo, baseline, head)
-        if base is None:
-            raise UserError(
-                f"{location}: branch {branch} has no history in common with the target "
-                f"baseline {baseline[:12]}"
-            )
-        known = (
-            {
-                r["ref"]
-                for r in rows(
-                    db, "SELECT ref FROM evidence WHERE source_id = ? AND kind = 'commit'", [existing["id"]]
-                )
-            }
-            if existing
-            else set()
-        )
-        old_head = existing["commit_sha"] if existing else None
-        if existing is not None and old_head == head:
-            result = _unchanged(db, existing, head, base, started)
+        head = gitrepo.fetch_branch(repo, req.location, req.branch, temp_ref)
+        note = ""
+        if req.given and req.suggested_point:
+            found = gitrepo.commit_of(repo, req.given)
+            if found is None or not gitrepo.is_ancestor(repo, found, head):
+                note = f"the suggested fork point {req.given[:12]} is not in the fork; found by content"
+                req.given = None
+        old = req.existing
+        if (
+            old is not None
+            and old["commit_sha"] == head
+            and req.meta.get("baseline") == baseline
+            and req.meta.get("fork_point_given") == req.given
+        ):
+            result = _unchanged(db, old, head, req.meta, started)
         else:
-            result = _record(
-                ws.settings.kb,
+            point = find_fork_point(
                 repo,
-                db,
-                name,
-                location,
-                branch,
-                head,
-                base,
                 baseline,
-                existing,
-                known,
-                old_head,
-                started,
+                head,
+                list(ws.settings.target.paths_of_interest),
+                close_fraction=ws.settings.kb.forks.close_fraction,
+                given=req.given,
             )
+            result = _record(ws.settings.kb, repo, db, req, head, baseline, point, started, note)
         gitrepo.update_ref(repo, final_ref, head)
     finally:
         gitrepo.delete_ref(repo, temp_ref)
     return result
 
 
-def _counts(db: sqlite_utils.Database, source_id: int) -> tuple[int, int]:
+def _counts(db: sqlite_utils.Database, source_id: int) -> tuple[int, int, int]:
     row = one(
         db,
-        "SELECT count(*) AS n, coalesce(sum(c.upstreamed), 0) AS up FROM evidence e "
-        "JOIN commits c ON c.evidence_id = e.id WHERE e.source_id = ?",
-        [source_id],
+        "SELECT count(c.evidence_id) AS n, coalesce(sum(c.upstreamed), 0) AS up, "
+        "(SELECT count(*) FROM evidence f WHERE f.source_id = ? AND f.kind = 'fork_file') AS files "
+        "FROM evidence e JOIN commits c ON c.evidence_id = e.id WHERE e.source_id = ?",
+        [source_id, source_id],
     )
     assert row is not None
-    return int(row["n"]), int(row["up"])
+    return int(row["n"]), int(row["up"]), int(row["files"])
 
 
 def _unchanged(
-    db: sqlite_utils.Database, existing: dict[str, Any], head: str, base: str, started: float
+    db: sqlite_utils.Database, existing: dict[str, Any], head: str, meta: dict[str, Any], started: float
 ) -> ForkResult:
-    total, upstreamed = _counts(db, existing["id"])
+    total, upstreamed, files = _counts(db, existing["id"])
     return ForkResult(
         existing["name"],
         "unchanged",
         f"fork {existing['name']}: up to date at {head[:12]} ({total} commits, none new)",
         existing["id"],
         head,
-        base,
+        existing["merge_base"] or "",
         0,
         total,
         upstreamed,
         time.perf_counter() - started,
+        meta.get("fork_point", {}),
+        files,
     )
 
 
-def _record(
+def _mine(
     settings: KBSettings,
     repo: git.Repo,
-    db: sqlite_utils.Database,
-    name: str,
-    location: str,
-    branch: str,
     head: str,
-    base: str,
-    baseline: str,
-    existing: dict[str, Any] | None,
-    known: set[str],
+    point: ForkPoint,
     old_head: str | None,
-    started: float,
-) -> ForkResult:
-    exclude = [f"^{baseline}"]
+    known: set[str],
+) -> tuple[list[MinedCommit], dict[str, str]]:
+    """The fork-only commits not yet recorded, oldest first, and their patch-ids."""
+    if point.fork is None:
+        return [], {}
+    exclude = [f"^{sha}" for sha in point.exclude]
     if old_head and gitrepo.has_commit(repo, old_head) and gitrepo.is_ancestor(repo, old_head, head):
         exclude.append(f"^{old_head}")  # fast path: only what is new since the last refresh
-    with tempfile.NamedTemporaryFile(prefix="autoresearch-patches-", suffix=".diff", delete=False) as patches:
-        try:
+    # Every diff, uncapped, for `git patch-id`: a plain buffered file (millions of lines pass through).
+    fd, name = tempfile.mkstemp(prefix="autoresearch-patches-", suffix=".diff")
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as patches:
             lines = gitrepo.stream(
                 repo,
                 "-c",
@@ -422,7 +291,9 @@ def _record(
                 "--no-renames",
                 "--no-color",
                 "--reverse",
-                f"--format={_LOG_FORMAT}",
+                f"--format={LOG_FORMAT}",
+                "--raw",
+                "--no-abbrev",
                 "--numstat",
                 "-p",
                 "--no-ext-diff",
@@ -439,27 +310,106 @@ def _record(
                 )
                 if c.sha not in known
             ]
-            patches.close()
-            ids = gitrepo.patch_ids(repo, Path(patches.name)) if mined else {}
-        finally:
-            patches.close()
-            os.unlink(patches.name)
-    upstream = gitrepo.cherry(repo, baseline, head) if mined or existing is None else {}
+        ids = gitrepo.patch_ids(repo, Path(name)) if mined else {}
+    finally:
+        os.unlink(name)
+    return mined, ids
+
+
+EMPTY_PATCH = "empty"
+"""The patch key of a commit that changes nothing: as in `git cherry`, it matches any upstream
+commit that changes nothing (there is nothing left to port)."""
+
+
+def upstream_patch_ids(
+    repo: git.Repo, baseline: str, head: str, since: str, wanted: set[frozenset[str]]
+) -> set[str]:
+    """Patch keys of the target's non-merge commits since `since` (and not in the fork's history)
+    that change exactly one of the `wanted` sets of files: `git cherry`'s rule, without shared
+    history. Only commits whose files match some fork commit's can share its patch-id, so only those
+    are diffed; a commit that changes nothing counts as EMPTY_PATCH."""
+    if not wanted:
+        return set()
+    upstream = gitrepo.file_sets(repo, baseline, f"^{since}", f"^{head}")
+    candidates = [sha for sha, files in upstream.items() if files and files in wanted]
+    found = set(gitrepo.patch_ids_of(repo, candidates).values())
+    if frozenset() in wanted and any(not files for files in upstream.values()):
+        found.add(EMPTY_PATCH)
+    return found
+
+
+def _patch_key(patch_id: str | None, files: frozenset[str]) -> str | None:
+    return patch_id or (EMPTY_PATCH if not files else None)
+
+
+def _record(
+    settings: KBSettings,
+    repo: git.Repo,
+    db: sqlite_utils.Database,
+    req: _Request,
+    head: str,
+    baseline: str,
+    point: ForkPoint,
+    started: float,
+    note: str = "",
+) -> ForkResult:
+    from kb.inventory.layout import HistoryBackends
+
+    existing = req.existing
+    known: set[str] = set()
+    if existing:
+        query = "SELECT ref FROM evidence WHERE source_id = ? AND kind = 'commit'"
+        known = {r["ref"] for r in rows(db, query, [existing["id"]])}
+    old_head = existing["commit_sha"] if existing else None
+    mined, ids = _mine(settings, repo, head, point, old_head, known)
+    backends = HistoryBackends.for_paths(gitrepo.list_files(repo, head), settings.inventory)
+    # `upstreamed`: only the new commits, unless the baseline or the fork point moved (then all).
+    previous = req.meta.get("fork_point", {})
+    recheck_all = existing is not None and (
+        req.meta.get("baseline") != baseline or previous.get("upstream") != point.upstream
+    )
+    stored = _stored_patches(db, existing["id"]) if recheck_all and existing else {}
+    fork_side = {c.sha: (ids.get(c.sha), frozenset(c.files)) for c in mined} | stored
+    keys = {sha: _patch_key(pid, files) for sha, (pid, files) in fork_side.items()}
+    wanted = {files for sha, (_, files) in fork_side.items() if keys[sha]}
+    up_keys = upstream_patch_ids(repo, baseline, head, point.upstream, wanted)
+    upstream = {sha: key is not None and key in up_keys for sha, key in keys.items()}
+    compare = point.method == "file-level" or (point.method == "given" and not point.close)
+    files: list[ForkFile] = []
+    differing = 0
+    if compare:
+        files, differing = compare_files(
+            repo,
+            baseline,
+            head,
+            list(point.paths),
+            per_file=settings.max_file_diff_bytes,
+            max_files=settings.forks.max_files,
+            backends=backends,
+        )
+    baseline_blobs = gitrepo.tree_blobs(repo, baseline) if mined else {}
     created = now()
+    meta = {
+        **{k: v for k, v in req.meta.items() if k not in ("fork_point", "fork_point_given")},
+        "baseline": baseline,
+        "location": req.location,
+        "fork_point": point.to_meta(),
+    }
+    if req.given:
+        meta["fork_point_given"] = req.given
     with transaction(db):
-        meta = {"baseline": baseline, "location": location}
         if existing is None:
             source_id = insert(
                 db,
                 "sources",
                 {
                     "kind": "fork",
-                    "name": name,
-                    "url": location,
-                    "ref": branch,
+                    "name": req.name,
+                    "url": req.location,
+                    "ref": req.branch,
                     "commit_sha": head,
-                    "merge_base": base,
-                    "title": f"fork {name} ({branch})",
+                    "merge_base": point.upstream,
+                    "title": f"fork {req.name} ({req.branch})",
                     "meta": meta,
                     "created_at": created,
                     "updated_at": created,
@@ -471,47 +421,101 @@ def _record(
                 db,
                 "sources",
                 source_id,
-                {"commit_sha": head, "merge_base": base, "meta": meta, "updated_at": created},
+                {"commit_sha": head, "merge_base": point.upstream, "meta": meta, "updated_at": created},
             )
         for commit in mined:
-            _insert_commit(db, source_id, name, commit, ids.get(commit.sha), upstream.get(commit.sha, False))
-        if existing is not None and upstream:
-            # The baseline may have moved since the last refresh: keep `upstreamed` current for all.
-            current = db.execute(
-                "SELECT c.evidence_id, c.sha, c.upstreamed FROM commits c JOIN evidence e "
-                "ON e.id = c.evidence_id WHERE e.source_id = ? AND e.kind = 'commit'",
-                [source_id],
-            ).fetchall()
-            changed = [
-                (int(upstream[sha]), evidence_id)
-                for evidence_id, sha, flag in current
-                if sha in upstream and bool(flag) != upstream[sha]
-            ]
-            db.conn.executemany("UPDATE commits SET upstreamed = ? WHERE evidence_id = ?", changed)
-        total, upstreamed = _counts(db, source_id)
+            facts = commit_facts(commit.files, commit.message, backends)
+            same = sum(commit.blobs.get(p, "") == baseline_blobs.get(p) for p in commit.files)
+            flag = upstream.get(commit.sha, False)
+            _insert_commit(db, source_id, req.name, commit, ids.get(commit.sha), flag, facts, same)
+        _fill_facts(db, source_id, backends)
+        if stored:
+            db.conn.executemany(
+                "UPDATE commits SET upstreamed = ? WHERE sha = ? AND evidence_id IN "
+                "(SELECT id FROM evidence WHERE source_id = ?)",
+                [(int(upstream[sha]), sha, source_id) for sha in stored],
+            )
+        if compare:
+            store_files(db, source_id, req.name, head, baseline, files)
+        total, upstreamed, recorded = _counts(db, source_id)
         status: Literal["added", "refreshed"] = "added" if existing is None else "refreshed"
-        message = (
-            f"fork {name}: {status} {len(mined)} new commit{'s' if len(mined) != 1 else ''} "
-            f"({total} fork-only, {upstreamed} already upstream) at {head[:12]}, "
-            f"merge base {base[:12]}"
-        )
-        binary = sum(bool(c.binary_files) for c in mined)
-        truncated = sum(c.diff_truncated for c in mined)
-        if binary or truncated:
-            message += f"; {binary} with binary files, {truncated} with diffs cut at the size caps"
+        message = _message(req.name, status, mined, total, upstreamed, head, point, recorded, differing)
+        if note:
+            message += f" ({note})"
         log_event(db, "kb.fork", message, data={"source_id": source_id, "head": head, "new": len(mined)})
     return ForkResult(
-        name,
+        req.name,
         status,
         message,
         source_id,
         head,
-        base,
+        point.upstream,
         len(mined),
         total,
         upstreamed,
         time.perf_counter() - started,
+        point.to_meta(),
+        recorded,
     )
+
+
+def _message(
+    name: str,
+    status: str,
+    mined: list[MinedCommit],
+    total: int,
+    upstreamed: int,
+    head: str,
+    point: ForkPoint,
+    recorded: int,
+    differing: int,
+) -> str:
+    if point.fork is None:
+        message = f"fork {name}: {status} at {head[:12]}; {point.describe()}; no fork-only commits"
+    else:
+        message = (
+            f"fork {name}: {status} {len(mined)} new commit{'s' if len(mined) != 1 else ''} "
+            f"({total} fork-only, {upstreamed} already upstream) at {head[:12]}, {point.describe()}"
+        )
+    if recorded or differing:
+        left = f" (the first {recorded:,})" if recorded < differing else ""
+        message += f"; compared file by file: {differing:,} files differ from the baseline{left}"
+    binary = sum(bool(c.binary_files) for c in mined)
+    truncated = sum(c.diff_truncated for c in mined)
+    if binary or truncated:
+        message += f"; {binary} with binary files, {truncated} with diffs cut at the size caps"
+    return message
+
+
+_Patch = tuple[str | None, frozenset[str]]
+"""A commit's patch-id (None for an empty diff) and the files it changes."""
+
+
+def _stored_patches(db: sqlite_utils.Database, source_id: int) -> dict[str, _Patch]:
+    found = rows(
+        db,
+        "SELECT c.sha, c.patch_id, c.files FROM commits c JOIN evidence e ON e.id = c.evidence_id "
+        "WHERE e.source_id = ? AND e.kind = 'commit'",
+        [source_id],
+    )
+    return {r["sha"]: (r["patch_id"], frozenset(json.loads(r["files"]))) for r in found}
+
+
+def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBackends) -> None:
+    """Commits mined before their facts were recorded (an older schema) get them now."""
+    found = rows(
+        db,
+        "SELECT c.evidence_id, c.files, c.message, c.subject FROM commits c JOIN evidence e "
+        "ON e.id = c.evidence_id WHERE e.source_id = ? AND c.backends IS NULL",
+        [source_id],
+    )
+    for r in found:
+        facts = commit_facts(json.loads(r["files"]), r["message"] or r["subject"], backends)
+        values = [json.dumps(facts.backends), json.dumps(facts.areas), json.dumps(facts.claims_json())]
+        db.execute(
+            "UPDATE commits SET backends = ?, areas = ?, claims = ? WHERE evidence_id = ?",
+            [*values, r["evidence_id"]],
+        )
 
 
 def _insert_commit(
@@ -521,12 +525,17 @@ def _insert_commit(
     commit: MinedCommit,
     patch_id: str | None,
     upstreamed: bool,
+    facts: CommitFacts,
+    files_in_baseline: int,
 ) -> None:
     meta: dict[str, Any] = {
         "fork": fork,
         "author": commit.author,
         "date": commit.date,
         "upstreamed": upstreamed,
+        "backends": facts.backends,
+        "areas": facts.areas,
+        "files_in_baseline": files_in_baseline,
     }
     if commit.binary_files:
         meta["binary_files"] = commit.binary_files
@@ -565,68 +574,12 @@ def _insert_commit(
             "binary_files": commit.binary_files or None,
             "patch_id": patch_id,
             "upstreamed": int(upstreamed),
+            "backends": facts.backends,
+            "areas": facts.areas,
+            "claims": facts.claims_json(),
         },
     )
     db.conn.executemany(
         "INSERT OR IGNORE INTO commit_files (evidence_id, path) VALUES (?, ?)",
         [(evidence_id, path) for path in commit.files],
     )
-
-
-# --- listing --------------------------------------------------------------------------------------
-
-
-def list_forks(db: sqlite_utils.Database, name: str | None = None) -> list[Fork]:
-    where, params = ("AND s.name = ?", [name]) if name else ("", [])
-    found = rows(
-        db,
-        f"SELECT s.id, s.name, s.url, s.ref AS branch, s.commit_sha AS head, s.merge_base, s.updated_at, "
-        f"count(c.evidence_id) AS commits, coalesce(sum(c.upstreamed), 0) AS upstreamed "
-        f"FROM sources s LEFT JOIN evidence e ON e.source_id = s.id AND e.kind = 'commit' "
-        f"LEFT JOIN commits c ON c.evidence_id = e.id WHERE s.kind = 'fork' {where} "
-        f"GROUP BY s.id ORDER BY s.name",
-        params,
-    )
-    if name and not found:
-        raise UserError(f"{name}: no such fork")
-    return [Fork(**row) for row in found]
-
-
-def list_commits(db: sqlite_utils.Database, name: str, path: str | None = None) -> list[ForkCommit]:
-    """A fork's commits, oldest first; with `path`, only those touching that file or folder."""
-    fork = one(db, "SELECT id FROM sources WHERE kind = 'fork' AND name = ?", [name])
-    if fork is None:
-        raise UserError(f"{name}: no such fork")
-    where = ""
-    params: list[Any] = [fork["id"]]
-    if path:
-        prefix = path.strip().removeprefix("./").rstrip("/")
-        if prefix:
-            where = (
-                "AND EXISTS (SELECT 1 FROM commit_files f WHERE f.evidence_id = e.id "
-                "AND (f.path = ? OR substr(f.path, 1, ?) = ?))"
-            )
-            params += [prefix, len(prefix) + 1, prefix + "/"]
-    found = rows(
-        db,
-        f"SELECT e.id AS evidence_id, c.sha, c.subject, c.author, c.authored_at AS date, c.files, "
-        f"c.insertions, c.deletions, c.upstreamed, c.diff_truncated FROM evidence e "
-        f"JOIN commits c ON c.evidence_id = e.id WHERE e.source_id = ? AND e.kind = 'commit' {where} "
-        f"ORDER BY e.id",
-        params,
-    )
-    return [
-        ForkCommit(
-            evidence_id=r["evidence_id"],
-            sha=r["sha"],
-            subject=r["subject"],
-            author=r["author"],
-            date=r["date"],
-            files=json.loads(r["files"]),
-            insertions=r["insertions"],
-            deletions=r["deletions"],
-            upstreamed=bool(r["upstreamed"]),
-            diff_truncated=bool(r["diff_truncated"]),
-        )
-        for r in found
-    ]

@@ -59,6 +59,12 @@ def resolve(repo: git.Repo, ref: str) -> str:
         raise UserError(f"{ref}: unknown ref in {repo.git_dir}") from None
 
 
+def commit_of(repo: git.Repo, ref: str) -> str | None:
+    """The full sha of a commit named by `ref` (sha, branch, tag), or None when there is none."""
+    code, out, _ = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    return out.strip() if code == 0 and out.strip() else None
+
+
 def clone_mirror(source: str, dest: Path) -> git.Repo:
     """A bare copy of the target inside the workspace; forks are fetched into it, worktrees made from it."""
     import git
@@ -263,8 +269,16 @@ def ls_remote(repo: git.Repo, location: str) -> tuple[str | None, dict[str, str]
 
 def fetch_branch(repo: git.Repo, location: str, branch: str, dest_ref: str) -> str:
     """Fetch one branch of `location` into `dest_ref` of this repository; return the fetched sha."""
-    code, _, err = _git(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location,
-                        f"+refs/heads/{branch}:{dest_ref}", env=_NO_PROMPT)
+    code, _, err = _git(
+        repo,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        location,
+        f"+refs/heads/{branch}:{dest_ref}",
+        env=_NO_PROMPT,
+    )
     if code != 0:
         detail = err.strip().splitlines()
         reason = detail[-1] if detail else f"exit {code}"
@@ -312,6 +326,7 @@ def stream(repo: git.Repo, *args: str) -> Iterator[bytes]:
             cwd=repo.working_tree_dir or repo.git_dir,
             stdout=subprocess.PIPE,
             stderr=errors,
+            bufsize=1 << 16,
         )
         assert process.stdout is not None
         finished = False
@@ -347,7 +362,8 @@ def patch_ids(repo: git.Repo, patches: Path) -> dict[str, str]:
     with patches.open("rb") as stdin:
         result = subprocess.run(
             ["git", "--git-dir", str(repo.git_dir), "patch-id", "--stable"],
-            stdin=stdin, capture_output=True,
+            stdin=stdin,
+            capture_output=True,
         )
     if result.returncode != 0:
         raise UserError(f"git patch-id: {result.stderr.decode('utf-8', 'replace').strip()}")
@@ -398,3 +414,88 @@ def checkout_head(path: Path) -> str | None:
     if result.returncode != 0 or len(lines) != 2:
         return None
     return lines[1] if Path(lines[0]).resolve() == path.resolve() else None
+
+
+# --- forks whose history shares no commit with the target (kb/forkpoint.py) -----------------------
+
+
+def unquote_path(raw: bytes) -> str:
+    """Paths in git's output with special characters come C-quoted ("a\\tb"); the rest are verbatim."""
+    import codecs
+
+    if raw.startswith(b'"') and raw.endswith(b'"'):
+        raw = codecs.escape_decode(raw[1:-1])[0]
+    return raw.decode("utf-8", "replace")
+
+
+def commit_graph(repo: git.Repo, tip: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(sha, tree, parents) of every commit reachable from `tip`, children before their parents."""
+    found: list[tuple[str, str, tuple[str, ...]]] = []
+    for line in run(repo, "log", "--topo-order", "--format=%H %T %P", tip).splitlines():
+        sha, tree, *parents = line.split()
+        found.append((sha, tree, tuple(parents)))
+    return found
+
+
+def tree_blobs(repo: git.Repo, commit: str, paths: list[str] | None = None) -> dict[str, str]:
+    """{path: blob sha} of the files of a commit (optionally under some paths; submodules left out)."""
+    out = run(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *(paths or []))
+    found: dict[str, str] = {}
+    for entry in out.split("\0"):
+        meta, _, path = entry.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == "blob":
+            found[path] = parts[2]
+    return found
+
+
+def file_sets(repo: git.Repo, *revisions: str) -> dict[str, frozenset[str]]:
+    """{sha: the paths it changes} of the non-merge commits of `revisions` (e.g. `b`, `^a`)."""
+    out = run(repo, "log", "--no-merges", "--no-renames", "-z", "--format=%x1e%H", "--name-only", *revisions)
+    found: dict[str, frozenset[str]] = {}
+    for record in out.split("\x1e"):
+        sha, *paths = record.split("\0")  # "<sha>\0\n<path>\0<path>\0"
+        if sha.strip():
+            found[sha.strip()] = frozenset(p.strip("\n") for p in paths if p.strip("\n"))
+    return found
+
+
+def patch_ids_of(repo: git.Repo, shas: list[str]) -> dict[str, str]:
+    """{sha: stable patch-id} of commits given by sha: one `diff-tree --stdin` piped into `patch-id`."""
+    import subprocess
+
+    if not shas:
+        return {}
+    base = ["git", "--git-dir", str(repo.git_dir)]
+    diff = subprocess.Popen(
+        [*base, "diff-tree", "--stdin", "-p", "-r", "--root", "--no-renames", "--no-color", "--no-ext-diff"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert diff.stdin is not None and diff.stdout is not None
+    ids = subprocess.Popen(
+        [*base, "patch-id", "--stable"], stdin=diff.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    diff.stdout.close()  # patch-id owns the pipe now
+    import threading
+
+    def feed() -> None:
+        assert diff.stdin is not None
+        try:
+            diff.stdin.write("".join(f"{sha}\n" for sha in shas).encode())
+        finally:
+            diff.stdin.close()
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    out, err = ids.communicate()
+    writer.join()
+    if diff.wait() != 0 or ids.returncode != 0:
+        raise UserError(f"git patch-id: {err.decode('utf-8', 'replace').strip() or 'failed'}")
+    found: dict[str, str] = {}
+    for line in out.decode("ascii", "replace").splitlines():
+        patch_id, _, sha = line.partition(" ")
+        if sha:
+            found[sha.strip()] = patch_id
+    return found

@@ -23,6 +23,17 @@ def migration(fn: Migration) -> Migration:
     return fn
 
 
+REBUILDS: set[str] = set()
+"""Migrations that rebuild a table other tables reference (SQLite's 12-step ALTER procedure)."""
+
+
+def rebuilds_tables(fn: Migration) -> Migration:
+    """Run this migration with foreign keys off, as SQLite requires to rebuild a referenced table
+    (dropping it with them on would cascade); the references are checked before it commits."""
+    REBUILDS.add(fn.__name__)
+    return fn
+
+
 def _sql(db: sqlite_utils.Database, script: str) -> None:
     # executescript() would COMMIT the migration's transaction; run statement by statement instead
     # (complete_statement knows that a trigger body's `;` does not end the CREATE TRIGGER).
@@ -476,6 +487,119 @@ CREATE INDEX jobs_run ON jobs (run_id, status)
     )
 
 
+@migration
+@rebuilds_tables
+def m006_fork_content(db: sqlite_utils.Database) -> None:
+    """Forks found by content: file-level evidence, and what each fork commit touches and claims.
+
+    - `evidence.kind` gains `fork_file`: a fork's version of one file against the baseline's, for
+      forks with no usable fork point (the table is rebuilt, its ids and the full-text index kept);
+    - `fork_files`: that comparison (status, blobs, counts, the diff capped like commit diffs);
+    - `commits.backends`, `areas`, `claims`: JSON lists of the compute backends and the areas (docs,
+      build, web, tests, ...) the commit's files belong to, and the speed-ups its message claims with
+      the metric each names (`{"effect": 0.3, "metric": "pp", "text": ...}`). Filled when the fork is
+      mined; rows mined before this migration are filled at the fork's next `kb add-fork`.
+    """
+    _sql(
+        db,
+        """
+CREATE TABLE evidence_new (
+    id INTEGER PRIMARY KEY,   -- the evidence id hypotheses cite
+    source_id INTEGER NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    kind TEXT NOT NULL CHECK (kind IN ('passage', 'commit', 'fusion', 'gap', 'single_op', 'note',
+                                       'fork_file')),
+    ref TEXT NOT NULL,        -- stable key within the source: passage number, sha, fusion key, path
+    title TEXT,               -- paper title, commit subject, fusion ops
+    section TEXT,             -- heading a passage sits under; backend of a fusion; fork name
+    position INTEGER,         -- passage order within the paper
+    body TEXT NOT NULL DEFAULT '',
+    meta TEXT,                -- JSON: file, line, present/missing backends, ...
+    created_at REAL NOT NULL,
+    UNIQUE (source_id, kind, ref)
+);
+INSERT INTO evidence_new (id, source_id, kind, ref, title, section, position, body, meta, created_at)
+    SELECT id, source_id, kind, ref, title, section, position, body, meta, created_at FROM evidence;
+DROP TABLE evidence;
+ALTER TABLE evidence_new RENAME TO evidence;
+CREATE INDEX evidence_kind ON evidence (kind);
+CREATE TRIGGER evidence_ai AFTER INSERT ON evidence BEGIN
+    INSERT INTO evidence_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+CREATE TRIGGER evidence_ad AFTER DELETE ON evidence BEGIN
+    INSERT INTO evidence_fts (evidence_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+END;
+CREATE TRIGGER evidence_au AFTER UPDATE ON evidence BEGIN
+    INSERT INTO evidence_fts (evidence_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+    INSERT INTO evidence_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+
+CREATE TABLE fork_files (
+    evidence_id INTEGER PRIMARY KEY REFERENCES evidence (id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('modified', 'added', 'deleted')),  -- added: only in the fork
+    fork_commit TEXT NOT NULL,
+    baseline_commit TEXT NOT NULL,
+    fork_blob TEXT,
+    baseline_blob TEXT,
+    insertions INTEGER NOT NULL DEFAULT 0,
+    deletions INTEGER NOT NULL DEFAULT 0,
+    binary INTEGER NOT NULL DEFAULT 0,
+    backend TEXT,             -- the compute backend the file belongs to, if any
+    diff TEXT,                -- baseline's version -> the fork's, capped per file
+    diff_truncated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX fork_files_path ON fork_files (path);
+
+-- JSON lists: compute backends (cpu, cuda, ...); areas (backend, core, model, docs, build, web, ...);
+-- claimed speed-ups ({effect, metric, text, how})
+ALTER TABLE commits ADD COLUMN backends TEXT;
+ALTER TABLE commits ADD COLUMN areas TEXT;
+ALTER TABLE commits ADD COLUMN claims TEXT
+""",
+    )
+
+
+@migration
+def m007_search_stems(db: sqlite_utils.Database) -> None:
+    """A second full-text index that forgives word forms, searched after the exact one.
+
+    The porter tokenizer over unicode61 without `_` as a token character: English words are indexed
+    by their stems (`repacked`, `repacking` -> `repack`) and code identifiers by their parts
+    (`ggml_compute_forward_rms_norm` -> ggml compute forward rms norm), so a part or a word form is
+    found; Russian words are kept whole and matched by their snowball stem as a prefix at query time.
+    Same external content and kind column as evidence_fts, kept in sync by its own triggers.
+    """
+    _sql(
+        db,
+        """
+CREATE VIRTUAL TABLE evidence_stem_fts USING fts5 (
+    title, section, body, kind,
+    content = 'evidence', content_rowid = 'id',
+    tokenize = "porter unicode61 remove_diacritics 2"
+);
+CREATE TRIGGER evidence_stem_ai AFTER INSERT ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+CREATE TRIGGER evidence_stem_ad AFTER DELETE ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (evidence_stem_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+END;
+CREATE TRIGGER evidence_stem_au AFTER UPDATE ON evidence BEGIN
+    INSERT INTO evidence_stem_fts (evidence_stem_fts, rowid, title, section, body, kind)
+    VALUES ('delete', old.id, old.title, old.section, old.body, old.kind);
+    INSERT INTO evidence_stem_fts (rowid, title, section, body, kind)
+    VALUES (new.id, new.title, new.section, new.body, new.kind);
+END;
+INSERT INTO evidence_stem_fts (evidence_stem_fts) VALUES ('rebuild')
+""",
+    )
+
+
 def applied(db: sqlite_utils.Database) -> set[str]:
     if "_migrations" not in db.table_names():
         return set()
@@ -492,14 +616,33 @@ def migrate(db: sqlite_utils.Database, *, upto: str | None = None) -> list[str]:
     ran: list[str] = []
     for fn in MIGRATIONS:
         name = fn.__name__
-        if name not in done:
-            with transaction(db):
-                # Re-check under the write lock: another process may have just migrated.
-                if db.execute("SELECT 1 FROM _migrations WHERE name = ?", [name]).fetchone():
-                    continue
-                fn(db)
-                db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [name, now()])
+        if name not in done and _apply(db, fn):
             ran.append(name)
         if upto is not None and name == upto:
             break
     return ran
+
+
+def _apply(db: sqlite_utils.Database, fn: Migration) -> bool:
+    """Run one migration in its own transaction; False when another process already ran it."""
+    name = fn.__name__
+    # PRAGMA foreign_keys is a no-op inside a transaction: switch it before BEGIN.
+    keys_on = bool(db.execute("PRAGMA foreign_keys").fetchone()[0])
+    rebuild = name in REBUILDS and keys_on
+    if rebuild:
+        db.execute("PRAGMA foreign_keys = OFF")
+    try:
+        with transaction(db):
+            # Re-check under the write lock: another process may have just migrated.
+            if db.execute("SELECT 1 FROM _migrations WHERE name = ?", [name]).fetchone():
+                return False
+            fn(db)
+            if rebuild:
+                broken = db.execute("PRAGMA foreign_key_check").fetchone()
+                if broken is not None:
+                    raise RuntimeError(f"{name}: leaves a broken reference in {broken[0]} (row {broken[1]})")
+            db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [name, now()])
+    finally:
+        if rebuild:
+            db.execute("PRAGMA foreign_keys = ON")
+    return True

@@ -1,4 +1,4 @@
-"""Full-text search over all evidence (paper passages, fork commits, fusions and gaps, notes).
+"""Full-text search over all evidence (paper passages, fork commits and files, fusions and gaps, notes).
 
 The typed API the CLI, the TUI and the LLM research phase call:
 
@@ -9,6 +9,13 @@ User queries never reach FTS5 syntax raw: every word becomes a quoted FTS string
 (`ggml_can_fuse`, `Q4_0_8x8`), punctuation (`RMS_NORM+MUL`) and any script are matched literally,
 and a stray quote or bracket cannot raise a syntax error. Supported on top of plain words:
 "a phrase", a trailing `*` for a prefix, and `OR` (upper case) between two terms.
+
+Two indexes, searched in turn: the exact one (whole identifiers and words, `evidence_fts`), then the
+one that forgives word forms (`evidence_stem_fts`: English stems by the porter tokenizer, identifiers
+split into their parts, Russian words matched by their snowball stem as a prefix). Exact hits always
+come first; hits only the second index finds follow (`match = "stem"`), so `repack` also finds
+`repacked` and `repacking`, `rms_norm` finds `ggml_compute_forward_rms_norm`, `умножение` finds
+`умножения`.
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ from kb.errors import UserError
 SearchKind = Literal["paper", "commit", "fusion", "note"]
 SEARCH_KINDS: tuple[str, ...] = ("paper", "commit", "fusion", "note")
 
-# Evidence kinds behind each search kind (fusion covers the whole inventory: fusions, gaps, single ops).
+# Evidence kinds behind each search kind (fusion covers the whole inventory: fusions, gaps, single ops;
+# commit covers what forks give: their commits, and their files in file-level mode).
 _EVIDENCE_KINDS: dict[str, tuple[str, ...]] = {
     "paper": ("passage",),
-    "commit": ("commit",),
+    "commit": ("commit", "fork_file"),
     "fusion": ("fusion", "gap", "single_op"),
     "note": ("note",),
 }
@@ -42,6 +50,10 @@ _WEIGHTS = (4.0, 2.0, 1.0, 0.0)
 RANK_WINDOW = 10_000
 _TOKEN = re.compile(r'"([^"]*)"?|(\S+)')
 _WORD_CHAR = re.compile(r"\w", re.UNICODE)
+_CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+_CYRILLIC_WORD = re.compile(r"^[\u0400-\u04ff]+$")
+MIN_STEM = 3
+"""A Russian stem shorter than this is matched as the whole word (a short prefix matches too much)."""
 MAX_LIMIT = 1000
 
 
@@ -64,6 +76,9 @@ class SearchHit:
     ref: str
     """passage number, commit sha or fusion key within the source."""
     position: int | None
+    match: str = "exact"
+    """exact (whole words and identifiers), or stem (found by a word form or an identifier's part;
+    ranked after every exact hit)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,8 +128,32 @@ def _term(text: str, prefix: bool) -> str:
     return " OR ".join(_quote(variant) + star for variant in _yo_variants(text))
 
 
-def fts_query(query: str) -> str:
-    """Turn a user query into a safe FTS5 expression (terms ANDed, phrases kept, `OR` honoured)."""
+def _russian_stem(word: str) -> str:
+    import snowballstemmer  # pure Python; only a search with a Cyrillic word pays for the import
+
+    return str(snowballstemmer.stemmer("russian").stemWord(word.lower()))
+
+
+def _stem_term(text: str, prefix: bool) -> str:
+    """A term for the word-form index: Russian words by their stem and any ending; the rest as given
+    (the porter tokenizer stems English words and splits identifiers at `_` on both sides)."""
+    if _CYRILLIC_WORD.match(text):
+        stem = _russian_stem(text)
+        if len(stem) >= MIN_STEM:
+            return _term(stem, True)
+    return _term(text, prefix)
+
+
+def _stem_phrase(text: str) -> str:
+    """A phrase for the word-form index: with Russian words in it, each word by its stem (adjacency
+    is not kept: FTS5 phrases take no prefix but the last); else the phrase as given."""
+    words = text.split()
+    if len(words) > 1 and _CYRILLIC.search(text):
+        return " AND ".join(f"({_stem_term(w, False)})" for w in words if _WORD_CHAR.search(w))
+    return _stem_term(text, False)
+
+
+def _expression(query: str, stems: bool) -> str:
     parts: list[str] = []
     pending_or = False
     for match in _TOKEN.finditer(query):
@@ -128,7 +167,12 @@ def fts_query(query: str) -> str:
             text, prefix = text.rstrip("*"), True
         if not _WORD_CHAR.search(text):
             continue  # pure punctuation: nothing the tokenizer would index
-        term = _term(text, prefix)
+        if not stems:
+            term = _term(text, prefix)
+        elif phrase is not None:
+            term = _stem_phrase(text)
+        else:
+            term = _stem_term(text, prefix)
         if pending_or and parts:
             parts[-1] = f"{parts[-1]} OR {term}"
         else:
@@ -136,9 +180,19 @@ def fts_query(query: str) -> str:
         pending_or = False
     if not parts:
         raise UserError(f"{query!r}: nothing to search for (give at least one word)")
-    expression = " AND ".join(f"({p})" if " OR " in p else p for p in parts)
+    expression = " AND ".join(f"({p})" if " OR " in p or " AND " in p else p for p in parts)
     # Only the text columns: the indexed `kind` column is for filtering, never for matching words.
     return f"{{title section body}} : ({expression})"
+
+
+def fts_query(query: str) -> str:
+    """Turn a user query into a safe FTS5 expression (terms ANDed, phrases kept, `OR` honoured)."""
+    return _expression(query, stems=False)
+
+
+def stem_query(query: str) -> str:
+    """The same query for the word-form index (evidence_stem_fts): Russian words as stem prefixes."""
+    return _expression(query, stems=True)
 
 
 def _kind_filter(kind: str | None) -> str:
@@ -158,38 +212,36 @@ def search(
     marks: tuple[str, str] = ("**", "**"),
     snippet_tokens: int = 24,
 ) -> list[SearchHit]:
-    """Rank evidence by bm25 for `query` and return the best `limit` hits with highlighted snippets.
+    """Rank evidence by bm25 for `query` and return the best `limit` hits with highlighted snippets:
+    the exact hits first, then those only a word form or an identifier's part finds.
 
     When more than RANK_WINDOW items match (a very common word), the newest RANK_WINDOW matches are
     ranked: bm25 costs a lookup per match, and this keeps any query within tens of milliseconds.
     """
     if limit < 1 or limit > MAX_LIMIT:
         raise UserError(f"--limit {limit}: must be between 1 and {MAX_LIMIT}")
-    expression = fts_query(query)
-    filtered = expression + _kind_filter(kind)
-    weights = ", ".join(str(w) for w in _WEIGHTS)
+    kinds = _kind_filter(kind)
+    exact, stems = fts_query(query), stem_query(query)
     try:
         # Rank first and fetch only ids: snippet() is costly, so it runs on the top `limit` rows only.
-        ranked = db.execute(
-            f"SELECT id, score FROM (SELECT rowid AS id, bm25(evidence_fts, {weights}) AS score "
-            f"FROM evidence_fts WHERE evidence_fts MATCH ? ORDER BY rowid DESC LIMIT ?) "
-            f"ORDER BY score LIMIT ?",
-            [filtered, RANK_WINDOW, limit],
-        ).fetchall()
+        ranked = [(i, score, "exact") for i, score in _rank(db, "evidence_fts", exact + kinds, limit)]
+        if len(ranked) < limit:
+            seen = {i for i, _, _ in ranked}
+            more = _rank(db, "evidence_stem_fts", stems + kinds, limit + len(seen))
+            ranked += [(i, score, "stem") for i, score in more if i not in seen][: limit - len(ranked)]
         if not ranked:
             return []
-        ids = [int(r[0]) for r in ranked]
-        placeholders = ", ".join("?" for _ in ids)
-        snippets = {
-            int(r[0]): str(r[1])
-            for r in db.execute(
-                f"SELECT rowid, snippet(evidence_fts, -1, ?, ?, '…', ?) FROM evidence_fts "
-                f"WHERE evidence_fts MATCH ? AND rowid IN ({placeholders})",
-                [marks[0], marks[1], snippet_tokens, expression, *ids],
-            ).fetchall()
-        }
+        ids = [i for i, _, _ in ranked]
+        snippets: dict[int, str] = {}
+        for table, expression, tier in (
+            ("evidence_fts", exact, "exact"),
+            ("evidence_stem_fts", stems, "stem"),
+        ):
+            chosen = [i for i, _, m in ranked if m == tier]
+            snippets |= _snippets(db, table, expression, chosen, marks, snippet_tokens)
     except sqlite3.OperationalError as exc:
         raise UserError(f"{query!r}: cannot search ({exc})") from None
+    placeholders = ", ".join("?" for _ in ids)
     details = {
         r["id"]: r
         for r in rows(
@@ -201,7 +253,7 @@ def search(
         )
     }
     hits: list[SearchHit] = []
-    for rowid, score in ranked:
+    for rowid, score, match in ranked:
         row = details.get(int(rowid))
         if row is None:  # deleted between the two queries
             continue
@@ -218,9 +270,42 @@ def search(
                 source=row["source"],
                 ref=row["ref"],
                 position=row["position"],
+                match=match,
             )
         )
     return hits
+
+
+def _rank(db: sqlite_utils.Database, table: str, expression: str, limit: int) -> list[tuple[int, float]]:
+    """(id, bm25) of the best `limit` matches among the newest RANK_WINDOW, best first."""
+    weights = ", ".join(str(w) for w in _WEIGHTS)
+    found = db.execute(
+        f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}, {weights}) AS score "
+        f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) ORDER BY score LIMIT ?",
+        [expression, RANK_WINDOW, limit],
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in found]
+
+
+def _snippets(
+    db: sqlite_utils.Database,
+    table: str,
+    expression: str,
+    ids: list[int],
+    marks: tuple[str, str],
+    tokens: int,
+) -> dict[int, str]:
+    if not ids:
+        return {}
+    placeholders = ", ".join("?" for _ in ids)
+    return {
+        int(r[0]): str(r[1])
+        for r in db.execute(
+            f"SELECT rowid, snippet({table}, -1, ?, ?, '…', ?) FROM {table} "
+            f"WHERE {table} MATCH ? AND rowid IN ({placeholders})",
+            [marks[0], marks[1], tokens, expression, *ids],
+        ).fetchall()
+    }
 
 
 def _json(value: Any) -> Any:

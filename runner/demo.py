@@ -487,7 +487,7 @@ def _add_fork(ws: Workspace, db: sqlite_utils.Database, fork: Path, say: DemoPro
 
 def _inventory(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> list[str]:
     from kb.inventory import scan_workspace
-    from kb.inventory_store import store
+    from kb.inventory.store import store
 
     inv = scan_workspace(ws)
     _, inv = store(db, inv, ref=ws.settings.target.path)

@@ -62,9 +62,29 @@ SERVER_BUILD_CMD = build_command(["llama-server"], server=True)
 # Build flags decide what is measured: a patch may not change them.
 PROTECTED = ["CMakeLists.txt", "ggml/CMakeLists.txt", "ggml/src/CMakeLists.txt", "cmake", "ggml/cmake",
              "ggml/src/ggml-cpu/CMakeLists.txt", "tools/llama-bench"]
-PATHS_OF_INTEREST = ["ggml/src/ggml-cpu/", "ggml/src/ggml.c", "src/"]
+# The CPU code of both layouts: ggml-cpu/ since llama.cpp's 2024 reorganisation, and the files that
+# held it before (and still do in ik_llama.cpp, whose CPU kernels are in iqk/).
+PATHS_OF_INTEREST = [
+    "ggml/src/ggml-cpu/",
+    "ggml/src/ggml.c",
+    "ggml/src/iqk/",
+    "ggml/src/ggml-quants.c",
+    "ggml/src/ggml-aarch64.c",
+    "ggml/src/llamafile/",
+    "src/",
+]
+# ik_llama.cpp rewrote its history, so it shares no commit with llama.cpp, and this recipe's tree has
+# no history to find the fork point by: its commit 9fa7946 has the tree of upstream c5a8d4b
+# (2024-06-21), the last commit the two have in common (found by `kb add-fork` against llama.cpp's
+# history). A suggested fork point missing from the fork is ignored; the content search decides then.
+IK_FORK_POINT = "9fa79469974fa709f31f2025306b98ecc86501df"
 FORKS = [
-    {"name": "ik_llama.cpp", "url": "https://github.com/ikawrakow/ik_llama.cpp"},
+    {
+        "name": "ik_llama.cpp",
+        "url": "https://github.com/ikawrakow/ik_llama.cpp",
+        "branch": "main",
+        "fork_point": IK_FORK_POINT,
+    },
     {"name": "llamafile", "url": "https://github.com/Mozilla-Ocho/llamafile"},
 ]
 PAPERS = [

@@ -375,3 +375,35 @@ def set_kb_settings(ws: Workspace, **values: object) -> Workspace:
     kb = settings.kb.model_copy(update=values)
     ws.config_path.write_text(dump_settings(settings.model_copy(update={"kb": kb})), encoding="utf-8")
     return Workspace(ws.root)
+
+
+def rewritten_copy(source: GitRepo, path: Path, upto: str) -> tuple[GitRepo, dict[str, str]]:
+    """A repository with the trees and messages of `source`'s first-parent commits up to `upto`, every
+    commit rewritten (new dates), so it shares no commit with `source`: ik_llama.cpp's history.
+
+    Returns the copy (branch main at the copy of `upto`) and {source sha: its copy's sha}."""
+    copy = GitRepo.init(path)
+    copy.git("fetch", "-q", str(source.path), "+refs/heads/*:refs/source/*")
+    copies: dict[str, str] = {}
+    parent: str | None = None
+    for sha in source.git("rev-list", "--reverse", "--first-parent", upto).split():
+        tree = copy.git("rev-parse", f"{sha}^{{tree}}")
+        message = copy.git("log", "-1", "--format=%B", sha)
+        parent = copy.git("commit-tree", tree, "-m", message, *(["-p", parent] if parent else []))
+        copies[sha] = parent
+    assert parent is not None
+    copy.git("update-ref", "refs/heads/main", parent)
+    copy.git("reset", "-q", "--hard", "main")
+    for ref in copy.git("for-each-ref", "--format=%(refname)", "refs/source/").split():
+        copy.git("update-ref", "-d", ref)
+    return copy, copies
+
+
+def set_target_settings(ws: Workspace, **values: object) -> Workspace:
+    """Change `[target]` settings (e.g. paths_of_interest); returns a fresh Workspace."""
+    from kb.config import dump_settings, load_settings
+
+    settings = load_settings(ws.config_path)
+    target = settings.target.model_copy(update=values)
+    ws.config_path.write_text(dump_settings(settings.model_copy(update={"target": target})), encoding="utf-8")
+    return Workspace(ws.root)

@@ -262,8 +262,8 @@ def test_bad_fork_input(fork_ws: Workspace, fork_repos: ForkRepos, tmp_path: Pat
     _assert_refused(fork_ws, lambda: add_fork(fork_ws, db, "x", str(tmp_path / "gone")), "no such folder")
     _assert_refused(
         fork_ws,
-        lambda: add_fork(fork_ws, db, "x", str(unrelated.path)),
-        f"{unrelated.path}: branch main has no history in common with the target baseline",
+        lambda: add_fork(fork_ws, db, "x", fork, fork_point="no-such-commit"),
+        "fork point no-such-commit: not a commit of the fork's branch",
     )
     _assert_refused(
         fork_ws,

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from kb.config import InventoryRule, InventorySettings
 from kb.inventory import Inventory, scan_path
-from kb.inventory_scan import DEFAULT_VIEW_OPS, normalise
+from kb.inventory.model import DEFAULT_VIEW_OPS, normalise
 from runner.demo import DEMO_INVENTORY
 from tests.conftest import make_repo
 from tui.cli import main
@@ -526,7 +526,7 @@ def test_cli_read_only_without_a_workspace(
     result = CliRunner().invoke(main, ["kb", "inventory", str(ggml_tree), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) == {"commit", "backends", "fusions", "gaps", "unclassified"}
+    assert set(data) == {"commit", "backends", "layout", "fusions", "gaps", "unclassified"}
     assert data["commit"] is None
     assert {
         "ops": ["RMS_NORM", "MUL"],

@@ -202,7 +202,9 @@ def test_identifiers_phrases_and_punctuation(db: sqlite_utils.Database) -> None:
     assert [h.id for h in search(db, "ggml_can_fuse(cg,")] == [5]  # punctuation splits like the index
     # `+` splits tokens like the index does, and the two must be adjacent: "RMS_NORM and MUL" is not.
     assert {h.evidence_kind for h in search(db, "RMS_NORM+MUL")} == {"fusion", "gap"}
-    assert search(db, "ggml_can") == []  # whole identifiers, not fragments
+    # An identifier's parts find it too, after every exact hit (here there is none).
+    parts = search(db, "ggml_can")
+    assert {h.id for h in parts} == {h.id for h in hits} and {h.match for h in parts} == {"stem"}
     assert {h.id for h in search(db, "ggml_can*")} == {h.id for h in hits}
     assert [h.ref for h in search(db, '"three percent"')] == ["2"]
     assert search(db, '"percent three"') == []
@@ -240,6 +242,7 @@ def test_hit_fields_and_snippets(db: sqlite_utils.Database) -> None:
         "source": "Fusion on CPUs",
         "ref": "2",
         "position": 2,
+        "match": "exact",
     }
     assert "**Q4_0_8x8**" in hit.snippet
     (hit,) = search(db, "Q4_0_8x8", marks=("<b>", "</b>"))

@@ -164,7 +164,7 @@ def test_miners_on_the_demo_through_the_kb_ingestion_modules(tmp_path: Path) -> 
     from kb.forks import add_fork
     from kb.init import TargetSpec, create_workspace
     from kb.inventory import scan_workspace
-    from kb.inventory_store import store
+    from kb.inventory.store import store
 
     spec = importlib.util.spec_from_file_location("demo_build_repos", DEMO / "build_repos.py")
     assert spec is not None and spec.loader is not None

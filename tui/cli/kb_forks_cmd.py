@@ -12,16 +12,31 @@ from tui.cli.params import TEXT
 @click.argument("name", type=TEXT)
 @click.argument("location", required=False, type=TEXT, metavar="[URL|PATH]")
 @click.option("--branch", "-b", help="Branch of the fork (default: its default branch).")
+@click.option(
+    "--fork-point",
+    metavar="SHA",
+    help="The fork's commit where it left the target, for a target with no history to find it by.",
+)
 @json_option
 @click.pass_context
-def add_fork(ctx: click.Context, name: str, location: str | None, branch: str | None, as_json: bool) -> None:
+def add_fork(
+    ctx: click.Context,
+    name: str,
+    location: str | None,
+    branch: str | None,
+    fork_point: str | None,
+    as_json: bool,
+) -> None:
     """Fetch a fork into the workspace mirror and record its fork-only commits as evidence.
 
-    Run it again (LOCATION may then be left out) to record the fork's new commits only."""
+    The fork point is the merge base, or, when the fork's history was rewritten or is unrelated,
+    found by content (identical trees, else the closest files); when nothing is close the fork's
+    files are compared with the baseline's one by one. Run it again (LOCATION may then be left out,
+    also for a fork the config's [reading] section suggests) to record the new commits only."""
     from kb.forks import add_fork as run_add_fork
 
     ws = workspace(ctx)
-    result = run_add_fork(ws, ws.db(), name, location, branch=branch)
+    result = run_add_fork(ws, ws.db(), name, location, branch=branch, fork_point=fork_point)
     if as_json:
         echo_json(result.to_json())
         return
@@ -47,8 +62,21 @@ def forks(ctx: click.Context, name: str | None, as_json: bool) -> None:
         click.echo("no forks yet (autoresearch kb add-fork NAME URL|PATH)")
         return
     echo_table(
-        ["name", "branch", "commits", "upstreamed", "head", "merge base", "url"],
-        [[f.name, f.branch, f.commits, f.upstreamed, f.head[:12], f.merge_base[:12], f.url] for f in found],
+        ["name", "branch", "commits", "upstreamed", "files", "head", "fork point", "found by", "url"],
+        [
+            [
+                f.name,
+                f.branch,
+                f.commits,
+                f.upstreamed,
+                f.files,
+                f.head[:12],
+                f.merge_base[:12],
+                f.fork_point.get("method", "merge-base"),
+                f.url,
+            ]
+            for f in found
+        ],
     )
 
 

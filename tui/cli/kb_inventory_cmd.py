@@ -126,7 +126,7 @@ def inventory(
         ref = str(path.resolve())
     source_id: int | None = None
     if ws is not None and not no_store:
-        from kb.inventory_store import store
+        from kb.inventory.store import store
 
         db = ws.db()
         try:

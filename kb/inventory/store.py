@@ -23,8 +23,8 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import insert, now, one, rows, transaction, update
-from kb.inventory import Fusion, Gap, Inventory, SingleOp
+from kb.db import insert, is_cited, now, one, rows, transaction, update
+from kb.inventory.model import Fusion, Gap, Inventory, SingleOp
 
 
 def _fusion_row(f: Fusion, commit: str | None) -> dict[str, Any]:
@@ -92,15 +92,6 @@ def _single_row(s: SingleOp) -> dict[str, Any]:
         "body": body,
         "meta": {"file": s.file, "line": s.line, "ops": [s.op]},
     }
-
-
-def _cited(db: sqlite_utils.Database, evidence_id: int) -> bool:
-    if one(db, "SELECT 1 AS x FROM hypothesis_evidence WHERE evidence_id = ? LIMIT 1", [evidence_id]):
-        return True
-    return (
-        one(db, "SELECT 1 AS x FROM waves WHERE reflection_evidence_id = ? LIMIT 1", [evidence_id])
-        is not None
-    )
 
 
 def store(
@@ -197,7 +188,7 @@ def store(
         for key, eid in existing.items():
             if key in ids:
                 continue
-            if _cited(db, eid):
+            if is_cited(db, eid):
                 meta_row = one(db, "SELECT meta FROM evidence WHERE id = ?", [eid])
                 meta = json.loads(meta_row["meta"]) if meta_row and meta_row["meta"] else {}
                 meta["stale"] = True
