@@ -74,7 +74,7 @@ class MetricSettings(_Section):
 
 class PolicySettings(_Section):
     min_effect: float = Field(0.01, ge=0.0, lt=1.0)
-    """Smallest relative gain worth keeping (0.01 = 1%); `autoresearch validate` says what the noise allows."""
+    """Smallest relative gain worth keeping (0.01 = 1%); `autoresearch validate` says what fits."""
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     """Error rate: intervals at 1 - alpha; false keeps stay below alpha / 2 across the looks."""
     max_pairs: int = Field(80, ge=2)

@@ -134,9 +134,7 @@ def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
         }
         data: dict[str, Any] = {"target": target}
         if spec.metric or spec.direction:
-            data["metric"] = {
-                k: v for k, v in (("primary", spec.metric), ("direction", spec.direction)) if v
-            }
+            data["metric"] = {k: v for k, v in (("primary", spec.metric), ("direction", spec.direction)) if v}
         if spec.parallel:
             data["fleet"] = {"parallel": spec.parallel}
         data = _merge(data, spec.extra)

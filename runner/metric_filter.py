@@ -10,8 +10,10 @@ that reads a number out of a line lives here once. Standard library only: it run
   metric: with named groups, each group that took part is a metric of that name; else group 1
   is the primary metric. It is printed after `# matched: <the line>`, so the log shows where each
   number came from.
-- A captured text that is not a plain number, or no match in the whole output, exits non-zero
-  with one line naming the regex: a wrong regex fails loudly rather than measuring nothing.
+- The script runs the command several times per call and feeds all their output at once, each
+  run's output after a `SAMPLE_MARK` line (one interpreter start per call, not per run).
+- A captured text that is not a plain number, or a run whose output gives no metric at all, exits
+  non-zero with one line naming the regex: a wrong regex fails loudly rather than measuring nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 MATCHED = "# matched: "
+SAMPLE_MARK = "#@autoresearch-sample"
 EXIT_NO_MATCH = 3
 EXIT_NOT_A_NUMBER = 4
 
@@ -31,7 +34,9 @@ def metric_names(pattern: re.Pattern[str], primary: str) -> list[str]:
     return list(pattern.groupindex) or [primary]
 
 
-def metrics_of(line: str, pattern: re.Pattern[str], primary: str) -> list[tuple[str, str, tuple[int, int]]] | None:
+def metrics_of(
+    line: str, pattern: re.Pattern[str], primary: str
+) -> list[tuple[str, str, tuple[int, int]]] | None:
     """(name, captured text, span in the line) for each metric the line gives; None without a match."""
     match = pattern.search(line)
     if match is None:
@@ -53,8 +58,16 @@ def main() -> int:
     found = 0
     lines = 0
     last = ""
+    runs = 0
     for raw in sys.stdin:
         line = raw.rstrip("\r\n")
+        if line.startswith(SAMPLE_MARK):
+            if runs and not found:
+                return _nothing(regex, command, runs, lines, last)
+            runs += 1
+            found = lines = 0
+            last = ""
+            continue
         lines += 1
         last = line or last
         if line.startswith("METRIC "):
@@ -77,13 +90,17 @@ def main() -> int:
             print(f"METRIC {name}={value}")
             found += 1
     if found == 0:
-        what = f"the regex {regex!r} matched no line of" if pattern is not None else "no METRIC line in"
-        print(
-            f"autoresearch.sh: {what} the output of {command!r} ({lines} lines; last: {last[:160]!r})",
-            file=sys.stderr,
-        )
-        return EXIT_NO_MATCH
+        return _nothing(regex, command, max(runs, 1), lines, last)
     return 0
+
+
+def _nothing(regex: str, command: str, run: int, lines: int, last: str) -> int:
+    what = f"the regex {regex!r} matched no line of" if regex else "no METRIC line in"
+    print(
+        f"autoresearch.sh: {what} the output of {command!r} (run {run}: {lines} lines; last: {last[:160]!r})",
+        file=sys.stderr,
+    )
+    return EXIT_NO_MATCH
 
 
 if __name__ == "__main__":

@@ -75,9 +75,7 @@ def check_spec(spec: BenchSpec) -> list[str]:
         if bad:
             raise UserError(f"--metric-regex: group name {bad[0]!r} is not a metric name ([\\w.µ]+)")
         if pattern.groups != len(pattern.groupindex):
-            raise UserError(
-                "--metric-regex: mixes named and unnamed groups; make the others (?:...) groups"
-            )
+            raise UserError("--metric-regex: mixes named and unnamed groups; make the others (?:...) groups")
     elif pattern.groups != 1:
         raise UserError(
             f"--metric-regex {spec.regex!r}: needs exactly one group around the number (has "
@@ -117,7 +115,8 @@ PY
 )
 
 out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
+all="$(mktemp)"
+trap 'rm -f "$out" "$all"' EXIT
 for ((i = 1; i <= SAMPLES; i++)); do
   rc=0
   bash -c "$BENCH_CMD" >"$out" 2>&1 || rc=$?
@@ -126,9 +125,11 @@ for ((i = 1; i <= SAMPLES; i++)); do
     tail -n 20 "$out" >&2
     exit "$rc"
   fi
-  AR_METRIC_REGEX="$METRIC_REGEX" AR_METRIC="$METRIC_NAME" AR_COMMAND="$BENCH_CMD" \\
-    "$PYTHON" -c "$FILTER" <"$out"
+  echo "{metric_filter.SAMPLE_MARK} $i" >>"$all"
+  cat "$out" >>"$all"
 done
+AR_METRIC_REGEX="$METRIC_REGEX" AR_METRIC="$METRIC_NAME" AR_COMMAND="$BENCH_CMD" \\
+  "$PYTHON" -c "$FILTER" <"$all"
 """
 
 
@@ -364,9 +365,7 @@ def _prepare(
     bench_cmd, regex, check_cmd = request.bench_cmd, request.metric_regex, request.check_cmd
     out = Prepared()
     if request.model or request.api_base:
-        out.data["llm"] = {
-            k: v for k, v in (("model", request.model), ("api_base", request.api_base)) if v
-        }
+        out.data["llm"] = {k: v for k, v in (("model", request.model), ("api_base", request.api_base)) if v}
     if request.draft:
         draft = _ask_draft(request, ws, repo, commit, data)
         say("A first draft from the model (nothing is written before you accept it):")

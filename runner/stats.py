@@ -421,15 +421,14 @@ def resolution(pair_sd: float, policy: Policy, *, power: float = 0.8, pairs: int
     Approximates the Wilcoxon interval by a t interval with standard error
     ``pair_sd * sqrt(pi/3 / n)`` (the Hodges-Lehmann estimate's efficiency against the mean), at
     the level the sequential rule gives the cap's look; on normal noise it is within about 5% of
-    the exact interval's mean half-width from 16 to 80 pairs (tests/runner/test_stats.py). Early looks can only stop sooner, so the figures are for the worst case.
+    the exact interval's mean half-width from 16 to 80 pairs (tests/runner/test_stats.py). Early
+    looks can only stop sooner, so the figures are for the worst case.
     """
     if pair_sd < 0 or not math.isfinite(pair_sd):
         raise UserError(f"pair spread {pair_sd!r}: must be a finite number >= 0")
     n = pairs or policy.max_pairs
-    if n < policy.min_pairs:
-        share = 1.0  # fewer pairs than the first look: one look at the whole alpha
-    else:
-        share = replace(policy, max_pairs=n).look_share(n)
+    # Fewer pairs than the first look: one look at the whole alpha.
+    share = 1.0 if n < policy.min_pairs else replace(policy, max_pairs=n).look_share(n)
     z = t_quantile(1 - share * policy.alpha / 2, max(1, n - 1))
     z_power = statistics.NormalDist().inv_cdf(power)
     se = pair_sd * math.sqrt(_HL_VARIANCE / n)
