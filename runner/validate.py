@@ -611,8 +611,6 @@ def evaluate(
                     {"rc": step.rc, "tail": step.tail},
                 )
             )
-    if m.status == "failed" and not problems:
-        problems.append(Finding(f"{m.reason}_failed", f"the {m.reason} step failed (log: {log})"))
     for call in m.calls:
         if call.rc != 0:
             why = "timed out" if call.rc in (124, 137) else f"exited {call.rc}"
@@ -634,9 +632,11 @@ def evaluate(
                 )
             )
             break
+    if m.status == "failed" and not problems:
+        problems.append(Finding(f"{m.reason}_failed", f"the {m.reason} step failed (log: {log})"))
     names = list(dict.fromkeys(s.metric for c in m.calls for s in c.samples))
     good_calls = [c for c in m.calls if c.rc == 0]
-    if m.calls and primary not in names:
+    if good_calls and len(good_calls) == len(m.calls) and primary not in names:
         problems.append(
             Finding(
                 "no_primary_metric",
@@ -719,6 +719,27 @@ def _parse_check(
     if not m.scaffold or not m.scaffold.get("regex"):
         return
     regex = str(m.scaffold["regex"])
+    # Lines of different kinds feeding one metric (`result 990502` and `... 52.0 MB/s`): the regex
+    # is loose, whatever each line looks like.
+    shapes = list(
+        dict.fromkeys(
+            NUMBER.sub("N", s.source)
+            for c in m.calls
+            for s in c.samples
+            if s.metric == primary and s.source is not None
+        )
+    )
+    if len(shapes) > 1 and not m.accepted_parse:
+        problems.append(
+            Finding(
+                "ambiguous_parse",
+                f"the regex {regex!r} takes {primary} from {len(shapes)} kinds of output line "
+                f"({'; '.join(repr(x) for x in shapes[:3])}): make it match only the line that holds "
+                "the result (put the unit or the label next to the group), or accept it: "
+                "autoresearch validate --accept-parse",
+                {"shapes": shapes},
+            )
+        )
     for example in main.examples:
         source = example.get("source")
         if source is None:

@@ -11,8 +11,7 @@ import click
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 
 _SOURCE_FORMS = (
-    "URL (a paper's own URL or file:// address cites it), fork:NAME@SHA, evidence:ID, paper:ID, "
-    "gap:ID or note:TEXT"
+    "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
 )
 
 
