@@ -210,8 +210,9 @@ def _words(command: str) -> list[str]:
 
 
 def harness_paths(commands: list[str], tree_files: list[str]) -> list[str]:
-    """Files of the tree the commands name (the benchmark harness, a test script), or the source a
-    named build output comes from (`./bench/run` -> `bench/run.c`)."""
+    """Files of the tree the commands name (the benchmark harness, a test script), the source a
+    named build output comes from (`./bench/run` -> `bench/run.c`), or a named Python module
+    (`tests.test_x` -> `tests/test_x.py`)."""
     files = set(tree_files)
     found: dict[str, None] = {}
     for command in commands:
@@ -227,6 +228,9 @@ def harness_paths(commands: list[str], tree_files: list[str]) -> list[str]:
             for suffix in _SOURCE_SUFFIXES:
                 if path + suffix in files:
                     found.setdefault(path + suffix, None)
+            module = word.replace(".", "/") + ".py"  # `python -m unittest tests.test_x`
+            if "." in word and module in files:
+                found.setdefault(module, None)
     return list(found)
 
 

@@ -576,6 +576,13 @@ def parse_doubts(regex: str, primary: str, source: str) -> tuple[list[str], str]
             problems.append(
                 f"{name}: the capture {text!r} is part of the number {source[whole[0] : whole[1]]!r}"
             )
+        elif (start > 0 and source[start - 1].isalpha()) or (end < len(source) and source[end].isalpha()):
+            before = re.search(r"\w*\Z", source[:start])
+            after = re.match(r"\w*", source[end:])
+            word = (before.group(0) if before else "") + text + (after.group(0) if after else "")
+            problems.append(
+                f"{name}: the capture {text!r} is part of the word {word!r} (a label, not a result)"
+            )
     marked = source
     for _name, _text, (start, end) in sorted(got, key=lambda g: -g[2][0]):
         marked = f"{marked[:start]}[{marked[start:end]}]{marked[end:]}"
@@ -660,6 +667,15 @@ def evaluate(
         else None
     )
     main = next((f for f in figures if f.primary), None)
+    if main is not None and len(main.values) > 1 and len(set(main.values)) == 1:
+        advice.append(
+            Finding(
+                "constant_metric",
+                f"{main.name} is {_num(main.values[0])} in all {len(main.values)} samples: a measured time "
+                "or rate varies from run to run, a constant is usually a label or a count (check the "
+                "parsed lines above)",
+            )
+        )
     if main is not None:
         _parse_check(m, main, primary, problems, advice)
         _noise_advice(m, main, policy, call_seconds, problems, advice)
@@ -844,6 +860,17 @@ def _noise_advice(
             )
         elif main.floor > policy.min_effect and samples:
             want = math.ceil(samples * (main.floor / max(policy.min_effect, 1e-6)) ** 2)
+            if want > 4 * samples:  # past a few times more, a longer measurement per run is the way
+                advice.append(
+                    Finding(
+                        "longer_samples",
+                        f"the samples themselves vary by {main.sample_noise:.1%}: more runs per call would "
+                        f"need about {want} to bring the floor near {policy.min_effect:.1%}; make each run "
+                        "measure longer (a bigger workload between the timer reads) and the machine quieter",
+                        {"samples": want},
+                    )
+                )
+                return
             advice.append(
                 Finding(
                     "more_samples",

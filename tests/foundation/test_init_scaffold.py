@@ -196,3 +196,19 @@ def test_an_invalid_draft_is_sent_back_and_the_corrected_one_used(tmp_path: Path
                      "--model", llm.litellm_model, "--api-base", llm.base_url, "--yes")  # fmt: skip
         assert result.exit_code == 0, result.stderr
         assert len(llm.requests) == 2 and "needs exactly one group" in json.dumps(llm.requests[1]["messages"])
+
+
+def test_harness_paths_are_what_the_commands_name_in_the_tree() -> None:
+    from runner.scaffold import harness_paths
+
+    tree = ["bench/run_bench.c", "tests/test_xxh32.py", "setup.py", "scripts/bench.sh", "src/lib.c"]
+    found = harness_paths(
+        [
+            "./bench/run_bench 64",  # a build output: its source
+            "python3 -m unittest -q tests.test_xxh32",  # a Python module
+            "bash -c 'scripts/bench.sh --size=1'",  # inside a nested command
+            "make -C src",  # folders are never protected (patches must reach the code)
+        ],
+        tree,
+    )
+    assert found == ["bench/run_bench.c", "tests/test_xxh32.py", "scripts/bench.sh"]

@@ -222,3 +222,22 @@ def test_a_failing_build_is_reported_with_its_output(tmp_path: Path) -> None:
     assert out["measurement"]["calls"] == []
     assert not (ws / "worktrees" / "validate").exists()  # cleaned up; the logs stay
     assert Path(out["measurement"]["log_dir"], "build-and-checks.log").is_file()
+
+
+def test_parse_doubts_on_real_output_lines() -> None:
+    from runner.validate import parse_doubts
+
+    # python-xxhash's benchmark line: a loose regex takes the 32 of "xxh32", a label.
+    doubts, marked = parse_doubts(r"([\d.]+)", "gbs", "xxh32 8x64MB: 0.076 s, 6.55 GB/s")
+    assert marked == "xxh[32] 8x64MB: 0.076 s, 6.55 GB/s"
+    assert any("matches 5 places" in d for d in doubts) and any(
+        "part of the word 'xxh32'" in d for d in doubts
+    )
+    # A capture that is a fragment of a number.
+    doubts, _ = parse_doubts(r"(\d)\.\d+ GB/s", "gbs", "done: 16.55 GB/s")
+    assert any("part of the number '16.55'" in d for d in doubts)
+    # The tight regex: one place, the whole number.
+    assert parse_doubts(r"([\d.]+) GB/s", "gbs", "xxh32 8x64MB: 0.076 s, 6.55 GB/s") == (
+        [],
+        "xxh32 8x64MB: 0.076 s, [6.55] GB/s",
+    )
