@@ -6,7 +6,9 @@ Secrets (API keys) are never stored here: litellm reads them from the environmen
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,8 +25,12 @@ MAX_INT = 2**63 - 1  # SQLite's INTEGER: counts and sizes are stored
 
 class _Section(BaseModel):
     # strict: a TOML `true` is not the integer 1 and a string is not a number; allow_inf_nan: TOML
-    # has `nan` and `inf`, and nan passes every ge/le bound.
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    # has `nan` and `inf`, and nan passes every ge/le bound. Attribute docstrings become field
+    # descriptions: `dump_settings` writes their first sentence as the comment above each key, so
+    # the file and the code say the same thing.
+    model_config = ConfigDict(
+        extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     @field_validator("*")
     @classmethod
@@ -57,15 +63,20 @@ class TargetSettings(_Section):
 
 class GuardSettings(_Section):
     metric: str
+    """A secondary metric the benchmark prints, which may not regress while the primary improves."""
     max_regression: float = Field(0.02, ge=0.0, lt=1.0)
     """Largest tolerated relative loss of this secondary metric (0.02 = 2%)."""
 
 
 class MetricSettings(_Section):
     primary: str = "throughput"
+    """The metric that decides keep or discard (a name from the benchmark's METRIC lines)."""
     direction: Literal["higher", "lower"] = "higher"
+    """Which way is better: higher (throughput) or lower (time)."""
     unit: str = ""
+    """The primary metric's unit, for reports (e.g. t/s, MB/s, ms)."""
     guards: list[GuardSettings] = Field(default_factory=list)
+    """Secondary metrics that may not regress (`[[metric.guards]]` tables: metric, max_regression)."""
 
     @field_validator("primary")
     @classmethod
@@ -79,20 +90,28 @@ class MetricSettings(_Section):
 
 class PolicySettings(_Section):
     min_effect: float = Field(0.01, ge=0.0, lt=1.0)
+    """Smallest relative gain worth keeping (0.01 = 1%); `autoresearch validate` says what fits."""
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    """Error rate: intervals at 1 - alpha; false keeps stay below alpha / 2 across the looks."""
     max_pairs: int = Field(80, ge=2)
+    """The cap: an experiment still undecided after this many A/B pairs is inconclusive."""
     min_pairs: int = Field(8, ge=2)
+    """Pairs before the first look (no verdict earlier)."""
     batch_pairs: int = Field(8, ge=1)
     """Pairs per job: one job on a worker runs a batch of pairs; more pairs is another job."""
     self_test_pairs: int = Field(8, ge=2)
+    """Pairs of the A/A self-test (the baseline against itself) before the first wave."""
 
 
 class SkyPilotSettings(_Section):
     infra: str = ""
     """SkyPilot infra, e.g. `aws`, `gcp/us-central1`, `kubernetes`, `slurm/<cluster>/<partition>`."""
     cpus: str = "4+"
+    """CPUs per cluster, as SkyPilot reads it (`4+`: at least four)."""
     memory: str = ""
+    """Memory per cluster in GB, as SkyPilot reads it (`16+`); empty: any."""
     accelerators: str = ""
+    """Accelerators per cluster (`A100:1`); empty: none."""
     max_clusters: int = Field(2, ge=1)
     """Clusters of one run at once (the run's `parallel` is capped by it)."""
     price_per_hour: float | None = Field(None, ge=0.0)
@@ -112,29 +131,40 @@ class SkyPilotSettings(_Section):
 
 class FleetSettings(_Section):
     backend: Literal["local", "skypilot"] = "local"
+    """Where experiments run: `local` (processes on this machine) or `skypilot` (clusters)."""
     parallel: int = Field(2, ge=1)
+    """Workers at once (local slots or clusters); locally, CPU-bound benchmarks should not share cores."""
     wave_size: int = Field(0, ge=0)
     """Experiments per wave (0: as many as `parallel`). Every wave re-measures the current baseline."""
     template: str = ""
     """Experiment task template (a SkyPilot task YAML); empty: the packaged runner/experiment.yaml.
     A relative path is read from the workspace. Patches may never touch it."""
     skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
+    """SkyPilot clusters (`fleet.backend = "skypilot"`)."""
 
 
 class TimeoutSettings(_Section):
     build: int = Field(900, ge=1, le=MAX_SECONDS)
+    """Seconds one build of one tree may take (the whole process group is killed after it)."""
     bench: int = Field(300, ge=1, le=MAX_SECONDS)
+    """Seconds one call of the benchmark script may take."""
     check: int = Field(300, ge=1, le=MAX_SECONDS)
+    """Seconds the checks script may take."""
 
 
 class LLMSettings(_Section):
     model: str = ""
     """Any litellm model string; empty means no LLM (miners only)."""
     api_base: str = ""
+    """API base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:8080/v1); empty: the provider's."""
     budget_usd: float = Field(5.0, ge=0.0)
+    """LLM spending cap in dollars: no model call is made once it is reached."""
     timeout: float = Field(120.0, gt=0.0, le=MAX_SECONDS)
+    """Seconds one model call may take."""
     max_retries: int = Field(3, ge=0, le=100)
+    """Retries of a failed call (rate limits, server errors), with backoff."""
     temperature: float = Field(0.2, ge=0.0, le=2.0)
+    """Sampling temperature of every call."""
     max_tokens: int | None = Field(None, ge=1)
     """Cap on one answer's tokens (unset: the provider's default). An answer cut off at the cap is
     invalid and asked again, then the call fails."""
@@ -146,8 +176,11 @@ class LLMSettings(_Section):
 
 class BudgetSettings(_Section):
     minutes: float | None = Field(None, gt=0.0, le=MAX_SECONDS / 60)
+    """Wall-clock budget of a run in minutes (nothing new starts after it); unset: none."""
     usd: float | None = Field(None, gt=0.0)
+    """Cost budget of a run in dollars, VMs and LLM together; unset: none."""
     max_experiments: int | None = Field(None, ge=1)
+    """Candidate experiments per run at most; unset: no limit."""
 
 
 class HypothesesSettings(_Section):
@@ -278,7 +311,9 @@ class ForkSettings(_Section):
 
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
+    """The backend fusion inventory (`kb inventory`)."""
     forks: ForkSettings = Field(default_factory=ForkSettings)
+    """Reading forks (`kb add-fork`)."""
     fetch_timeout: float = Field(20.0, gt=0.0, le=3600.0)
     """Seconds one page may take, from connecting to the last byte (redirects included)."""
     max_page_bytes: int = Field(5_000_000, ge=1)
@@ -295,7 +330,9 @@ class KBSettings(_Section):
 
 class ForkSuggestion(_Section):
     name: str
+    """The fork's name in the knowledge base."""
     url: str
+    """Its git remote."""
     branch: str = ""
     """The branch to follow (empty: the fork's default branch)."""
     fork_point: str = ""
@@ -307,20 +344,41 @@ class ReadingSettings(_Section):
     """Sources worth reading for this target (recipes fill it; `kb add-fork` / `kb add-paper` use it)."""
 
     forks: list[ForkSuggestion] = Field(default_factory=list)
+    """Forks worth fetching (`[[reading.forks]]` tables: name, url)."""
     papers: list[str] = Field(default_factory=list)
+    """Paper URLs worth adding."""
+
+
+class ValidationSettings(_Section):
+    """`autoresearch validate`: the benchmark, the checks and the config tried on the baseline."""
+
+    required: bool = False
+    """`run` refuses to start without a passing `autoresearch validate` of the current scripts and config."""
 
 
 class Settings(_Section):
     target: TargetSettings
+    """The repository under test, its baseline, how to build it and its benchmark and checks scripts."""
     metric: MetricSettings = Field(default_factory=MetricSettings)
+    """What decides: the primary metric, its direction, guards on the others."""
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    """The decision rule: minimum effect, error rate, pairs."""
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    """Workers: where experiments run and how many at once."""
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    """Seconds each step may take."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    """The model (through litellm); empty: miners only."""
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    """Run budgets (also `autoresearch run --budget-*`)."""
     hypotheses: HypothesesSettings = Field(default_factory=HypothesesSettings)
+    """The hypothesis queue."""
     kb: KBSettings = Field(default_factory=KBSettings)
+    """The knowledge base: papers, forks, the backend inventory."""
     reading: ReadingSettings = Field(default_factory=ReadingSettings)
+    """Sources suggested for this target."""
+    validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    """`autoresearch validate` and the check `run` makes before it starts."""
 
 
 def _explain(error: ValidationError) -> str:
@@ -370,30 +428,100 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
-def _dump_table(prefix: str, data: dict[str, Any], out: list[str]) -> None:
+def _comment(description: str | None) -> str | None:
+    """The first sentence of a field's docstring, as one comment line."""
+    if not description:
+        return None
+    text = " ".join(description.split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", text)
+    return text[: end.start() + 1] if end else text
+
+
+def _wrap(text: str) -> list[str]:
+    import textwrap
+
+    return [line for part in text.splitlines() for line in textwrap.wrap(part, 98)]
+
+
+def _fields(model: type[BaseModel] | None) -> dict[str, Any]:
+    return dict(model.model_fields) if model is not None else {}
+
+
+def _submodel(model: type[BaseModel] | None, key: str) -> type[BaseModel] | None:
+    """The section model of `key` in `model` (a nested table, or the rows of an array of tables)."""
+    info = _fields(model).get(key)
+    if info is None:
+        return None
+    annotation = info.annotation
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _dump_table(
+    prefix: str,
+    data: dict[str, Any],
+    out: list[str],
+    model: type[BaseModel] | None,
+    notes: Mapping[str, str],
+    header: str | None = None,
+) -> None:
+    fields = _fields(model)
+
+    def comments(dotted: str, key: str | None) -> list[str]:
+        found = [_comment(fields[key].description)] if key is not None and key in fields else []
+        found += [notes[dotted]] if dotted in notes else []
+        return [f"# {line}" for text in found if text for line in _wrap(text)]
+
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     arrays_of_tables = {
         k: v for k, v in scalars.items() if isinstance(v, list) and v and isinstance(v[0], dict)
     }
-    if scalars.keys() - arrays_of_tables.keys() or not tables:
+    unset = [k for k, v in data.items() if v is None]
+    if scalars.keys() - arrays_of_tables.keys() or not tables or unset:
+        out.extend(f"# {line}" for line in _wrap(header or ""))
+        out.extend(f"# {line}" for line in _wrap(notes.get(prefix, "")))
         out.append(f"[{prefix}]")
         for key, value in scalars.items():
             if key not in arrays_of_tables:
+                out.extend(comments(f"{prefix}.{key}", key))
                 out.append(f"{key} = {_toml_value(value)}")
+        for key in unset:  # shown commented out, so the key can be found and set
+            out.extend(comments(f"{prefix}.{key}", key))
+            out.append(f"# {key} = (unset)")
         out.append("")
     for key, rows in arrays_of_tables.items():
+        row_model = _submodel(model, key)
         for row in rows:
+            out.extend(comments(f"{prefix}.{key}", key))
             out.append(f"[[{prefix}.{key}]]")
-            out.extend(f"{k} = {_toml_value(v)}" for k, v in row.items() if v is not None)
+            row_fields = _fields(row_model)
+            for k, v in row.items():
+                if v is None:
+                    continue
+                text = _comment(row_fields[k].description) if k in row_fields else None
+                out.extend(f"# {line}" for line in _wrap(text or ""))
+                out.append(f"{k} = {_toml_value(v)}")
             out.append("")
     for key, value in tables.items():
-        _dump_table(f"{prefix}.{key}", value, out)
+        sub = _submodel(model, key)
+        text = _comment(fields[key].description) if key in fields else None
+        _dump_table(f"{prefix}.{key}", value, out, sub, notes, text)
 
 
-def dump_settings(settings: Settings) -> str:
-    """Render settings as TOML (every section written out so users see what they can change)."""
-    out = ["# autoresearch workspace configuration. Reference: README.md, section Configuration.", ""]
+def dump_settings(settings: Settings, notes: Mapping[str, str] | None = None) -> str:
+    """Render settings as TOML, every section written out so users see what they can change, each
+    key under a one-line comment from its docstring. `notes` adds comments by dotted key
+    (`fleet.parallel`) or table (`kb.inventory`): why init chose a value for this target."""
+    out = [
+        "# autoresearch workspace configuration: every key, its default and what it does is in",
+        "# README.md, section Configuration. After changing the scripts or the build, run",
+        "# `autoresearch validate` again.",
+        "",
+    ]
     for section, value in settings.model_dump(mode="json").items():
-        _dump_table(section, value, out)
+        text = _comment(Settings.model_fields[section].description)
+        _dump_table(section, value, out, _submodel(Settings, section), notes or {}, text)
     return "\n".join(out).rstrip() + "\n"

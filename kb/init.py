@@ -4,15 +4,36 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb import gitrepo
 from kb.config import CONFIG_NAME, dump_settings, parse_settings
 from kb.db import connect
 from kb.errors import UserError
 from kb.workspace import Workspace
+
+if TYPE_CHECKING:
+    import git
+
+
+@dataclass
+class Prepared:
+    """What a caller's `prepare` step adds once the mirror and the database exist."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    """Config sections merged over the spec's (e.g. target.protect, target.build_cmd)."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """Workspace files to write, executable (scaffolded benchmark and checks scripts)."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """Comments for the config file by dotted key: why a value was chosen."""
+
+
+Prepare = Callable[[Workspace, "git.Repo", str, dict[str, Any]], Prepared]
+"""(workspace, mirror, baseline commit, config data so far) -> what to add. Runs inside init's
+all-or-nothing step: raising removes everything init made."""
 
 
 @dataclass
@@ -28,6 +49,8 @@ class TargetSpec:
     """Whole config sections to merge (recipes and the demo set fleet, kb, policy, ...)."""
     files: dict[str, Path] = field(default_factory=dict)
     """Files to copy into the workspace root (a recipe's benchmark and checks scripts)."""
+    prepare: Prepare | None = None
+    """A step that needs the mirror or the database (scaffolding scripts, a model's draft)."""
 
 
 def _normalise_location(location: str) -> str:
@@ -46,6 +69,45 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _fitted(repo: git.Repo, commit: str, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Defaults that fit this target and this machine, for what the spec leaves open: config
+    sections and the notes that explain them in the file."""
+    fitted: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    if "parallel" not in data.get("fleet", {}):
+        cores = os.cpu_count() or 1
+        parallel = max(1, min(2, cores // 2))
+        fitted["fleet"] = {"parallel": parallel}
+        notes["fleet.parallel"] = (
+            f"{parallel} for the {cores} cores of the machine that ran `init`: two CPU-bound "
+            "benchmarks at once share the cores and each measures the other's load. "
+            "`autoresearch validate` measures the benchmark's own threads and says how many fit."
+        )
+    if "inventory" not in data.get("kb", {}) and not _ggml_layout(repo, commit):
+        fitted["kb"] = {"inventory": {"single_ops": [], "view_ops": []}}
+        notes["kb.inventory"] = (
+            "No compute backends in this tree: `kb inventory` looked for ggml-<name>/ folders "
+            "with sources under ggml/src/, src/ and the root. For another layout set "
+            "backends_root (the folder holding one folder per backend), backend_dir_pattern and "
+            "a [[kb.inventory.rules]] table (README, section Configuration, has an example); "
+            "ggml's op lists are left empty here."
+        )
+    return fitted, notes
+
+
+def _ggml_layout(repo: git.Repo, commit: str) -> bool:
+    """Does the tree have backends in the layout the built-in (ggml) inventory rules read?"""
+    from kb.config import InventorySettings
+    from kb.inventory import find_layout
+
+    return find_layout(gitrepo.list_files(repo, commit), InventorySettings()) is not None
+
+
+def _write_script(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
 
 
 def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
@@ -72,20 +134,27 @@ def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
         }
         data: dict[str, Any] = {"target": target}
         if spec.metric or spec.direction:
-            data["metric"] = {
-                k: v for k, v in (("primary", spec.metric), ("direction", spec.direction)) if v
-            }
+            data["metric"] = {k: v for k, v in (("primary", spec.metric), ("direction", spec.direction)) if v}
         if spec.parallel:
             data["fleet"] = {"parallel": spec.parallel}
         data = _merge(data, spec.extra)
+        fitted, notes = _fitted(mirror, baseline_commit, data)
+        data = _merge(fitted, data)
         settings = parse_settings(data, "options")
         for folder in ws.folders():
             folder.mkdir(exist_ok=True)
         connect(ws.db_path).conn.close()
         for name, source in spec.files.items():
             shutil.copy2(source, root / name)
+        if spec.prepare is not None:
+            prepared = spec.prepare(ws, mirror, baseline_commit, data)
+            data = _merge(data, prepared.data)
+            notes.update(prepared.notes)
+            settings = parse_settings(data, "options")
+            for name, text in prepared.texts.items():
+                _write_script(root / name, text)
         # The config is written last: its presence is what makes the folder a workspace.
-        ws.config_path.write_text(dump_settings(settings), encoding="utf-8")
+        ws.config_path.write_text(dump_settings(settings, notes), encoding="utf-8")
     except BaseException:
         if created_root:
             shutil.rmtree(root, ignore_errors=True)

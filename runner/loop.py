@@ -87,6 +87,10 @@ class RunOptions:
     self_test: bool = True
     final: bool = True
     """Measure the stacked winners and the ablations at the end."""
+    baseline: str | None = None
+    """Start from this commit instead of target.baseline_commit (`--from-winners`: a run's head)."""
+    from_winners: str | None = None
+    """The earlier run whose head `baseline` is (recorded with the run's options)."""
 
     @classmethod
     def from_json(cls, raw: str | None) -> RunOptions:
@@ -247,7 +251,9 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
             f"{ws.root}: the queue is empty, nothing to run (add patches: autoresearch queue add)"
         )
     repo = gitrepo.open_repo(ws.mirror_path)
-    baseline = settings.target.baseline_commit or gitrepo.resolve(repo, settings.target.baseline)
+    baseline = (
+        options.baseline or settings.target.baseline_commit or gitrepo.resolve(repo, settings.target.baseline)
+    )
     name = _unique_name(db, options.name)
     options.name = name
     branch = f"autoresearch/{name}"

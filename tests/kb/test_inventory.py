@@ -636,9 +636,9 @@ def test_bad_input_no_backends_leaves_the_database_unchanged(tmp_path: Path, ggm
         cwd=REPO,
         timeout=120,
     )
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(empty) in lines[0] and "no recognisable backends" in lines[0]
+    # Nothing found is not an error (exit 0): it says what it looked for and how to write rules.
+    assert result.returncode == 0, result.stderr
+    assert f"No compute backends in {empty}" in result.stdout and "[[kb.inventory.rules]]" in result.stdout
     assert _dump(ws.db_path) == before
     missing = CliRunner().invoke(main, ["-w", str(ws.root), "kb", "inventory", str(tmp_path / "nope")])
     assert missing.exit_code != 0 and "no such folder" in missing.output

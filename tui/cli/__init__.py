@@ -17,6 +17,7 @@ COMMANDS: CommandMap = {
     "kb": ("tui.cli.kb_cmd", "cli", "Knowledge base: papers, forks, backend inventory, search."),
     "hypotheses": ("tui.cli.hypotheses_cmd", "cli", "Mine, generate, list and steer hypotheses."),
     "queue": ("tui.cli.queue_cmd", "cli", "Add patches to the experiment queue by hand."),
+    "validate": ("tui.cli.validate_cmd", "cli", "Try build, benchmark and checks on the baseline."),
     "run": ("tui.cli.run_cmd", "cli", "Run experiment waves (or --resume an interrupted run)."),
     "history": ("tui.cli.history_cmd", "history", "Runs, waves, experiments, decisions, samples."),
     "report": ("tui.cli.history_cmd", "report", "Write a run's report (markdown or HTML)."),

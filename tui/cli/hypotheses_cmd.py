@@ -55,6 +55,55 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     )
     if report.skipped:
         click.echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
+    if not report.gap_added and not report.fork_added:
+        for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
+            click.echo(line)
+
+
+# What each skip reason means and what would change it.
+_SKIP_HELP = {
+    "already_mined": "already a hypothesis (see `hypotheses list`)",
+    "not_missing_in_target": "gaps the target backend ({target}) does not have: kb.inventory.target_backend "
+    "names the backend being optimised",
+    "outside_paths_of_interest": "fork commits outside target.paths_of_interest (widen it in the config)",
+    "upstreamed": "fork commits the target already has (same patch-id)",
+    "already_in_baseline": "fork commits whose change the baseline already contains",
+    "protected_path": "fork commits that touch a protected path (the benchmark, checks, target.protect)",
+    "truncated_diff": "fork commits whose diff was cut at kb.max_commit_diff_bytes",
+    "empty_diff": "fork commits with no diff (merges)",
+}
+
+_FILL_QUEUE = (
+    "Papers become hypotheses only through a model (`autoresearch hypotheses generate --model MODEL`) or a "
+    "patch you write citing them (`autoresearch queue add PATCH --title T --source paper:ID`)."
+)
+
+
+def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[str]:
+    """Why `mine` added nothing, and what would give it something to mine."""
+    from kb.db import one
+
+    def count(sql: str) -> int:
+        row = one(db, sql)
+        return int(row["n"]) if row else 0
+
+    gaps = count("SELECT count(*) AS n FROM evidence WHERE kind = 'gap'")
+    forks = count("SELECT count(*) AS n FROM sources WHERE kind = 'fork'")
+    lines = ["Nothing new to mine."]
+    if not gaps:
+        lines.append(
+            "  No backend gaps in the knowledge base: `autoresearch kb inventory` finds them (ops fused "
+            "in one backend and not in another); a tree without backends has none."
+        )
+    if not forks:
+        lines.append(
+            "  No forks: `autoresearch kb add-fork NAME URL` fetches one; its commits that touch "
+            "target.paths_of_interest become hypotheses."
+        )
+    for reason, n in sorted(skipped.items()):
+        lines.append(f"  {n} skipped: {_SKIP_HELP.get(reason, reason).format(target=target)}.")
+    lines.append("  " + _FILL_QUEUE)
+    return lines
 
 
 @cli.command("generate")
@@ -202,7 +251,21 @@ def list_(ctx: click.Context, status: str | None, as_json: bool) -> None:
         echo_json(found)
         return
     if not found:
-        click.echo("No hypotheses." + ("" if status else " Try: autoresearch hypotheses mine"))
+        if status:
+            click.echo(f"No hypotheses with status {status} (`autoresearch hypotheses list` shows them all).")
+            return
+        click.echo("No hypotheses. To fill the queue:")
+        click.echo(
+            "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
+            "(kb add-fork); no model needed"
+        )
+        click.echo(
+            "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
+        )
+        click.echo(
+            "  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)"
+        )
+        click.echo(_FILL_QUEUE)
         return
     echo_table(
         ["id", "status", "priority", "origin", "effect", "patch", "ev", "title"],

@@ -31,7 +31,29 @@ from tui.cli.params import PathArg, count
 @click.option("--protect", multiple=True, help="Extra protected path (repeatable).")
 @click.option("--bench-script", default=None, help="Benchmark script (default autoresearch.sh).")
 @click.option("--checks-script", default=None, help="Checks script (default autoresearch.checks.sh).")
-@click.option("--parallel", type=count(), default=None, help="Local fleet parallelism.")
+@click.option("--parallel", type=count(), default=None, help="Local fleet parallelism (default: fits the cores).")
+@click.option(
+    "--bench-cmd",
+    default=None,
+    help="Scaffold the benchmark script: this command, run in the tree's root after the build.",
+)
+@click.option(
+    "--metric-regex",
+    default=None,
+    help="With --bench-cmd: Python regex over the command's output lines, one group around the "
+    "number (or named groups, one metric each); without it the command prints METRIC lines.",
+)
+@click.option("--check-cmd", default=None, help="Scaffold the checks script: fails on a wrong result.")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --bench-cmd: times one benchmark call runs the command (default 5; AR_SAMPLES).",
+)
+@click.option("--draft-scripts", is_flag=True, help="Ask the model for a first draft of the scripts.")
+@click.option("--model", default=None, help="litellm model for --draft-scripts (also written as llm.model).")
+@click.option("--api-base", default=None, help="API base of an OpenAI-compatible server (llm.api_base).")
+@click.option("--yes", "-y", is_flag=True, help="Accept the model's draft without asking.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def cli(
     directory: Path,
@@ -46,15 +68,34 @@ def cli(
     bench_script: str | None,
     checks_script: str | None,
     parallel: int | None,
+    bench_cmd: str | None,
+    metric_regex: str | None,
+    check_cmd: str | None,
+    samples: int | None,
+    draft_scripts: bool,
+    model: str | None,
+    api_base: str | None,
+    yes: bool,
     as_json: bool,
 ) -> None:
     """Create a workspace in DIRECTORY (default: here) for the target repository.
 
     The workspace holds autoresearch.toml, the database, a bare mirror of the target, and folders
     for logs, worktrees, patches and reports. Nothing is left behind if any step fails.
+
+    A target without benchmark or checks scripts gets them scaffolded into the workspace from
+    --bench-cmd / --metric-regex / --check-cmd (or a model's draft, --draft-scripts); then
+    `autoresearch validate` tries them on the baseline before the first run.
     """
+    from kb.errors import UserError
     from kb.init import TargetSpec, create_workspace
+    from runner.scaffold import DEFAULT_SAMPLES, ScaffoldRequest, make_prepare
     from tui.cli.common import echo_json
+
+    if (metric_regex is not None or samples is not None) and bench_cmd is None and not draft_scripts:
+        raise UserError("--metric-regex and --samples: only with --bench-cmd (or --draft-scripts)")
+    if yes and not draft_scripts:
+        raise UserError("--yes: only with --draft-scripts")
 
     overrides: dict[str, object] = {}
     extra: dict[str, object] = {}
@@ -74,6 +115,24 @@ def cli(
         overrides["bench_script"] = bench_script
     if checks_script is not None:
         overrides["checks_script"] = checks_script
+    request = ScaffoldRequest(
+        bench_cmd=bench_cmd,
+        metric_regex=metric_regex,
+        check_cmd=check_cmd,
+        samples=samples or DEFAULT_SAMPLES,
+        draft=draft_scripts,
+        model=model,
+        api_base=api_base,
+    )
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    def confirm(question: str) -> bool:
+        return yes or click.confirm(question, default=False, err=True)
+
+    # `run` refuses to start until `autoresearch validate` passed on these scripts and settings.
+    extra = {**extra, "validation": {"required": True}}
     spec = TargetSpec(
         location=target,
         baseline=baseline,
@@ -84,9 +143,15 @@ def cli(
         target_overrides=overrides,
         extra=extra,
         files=files,
+        prepare=make_prepare(request, say, confirm),
     )
     ws = create_workspace(directory, spec)
     settings = ws.settings
+    scaffolded = [
+        name
+        for name in (settings.target.bench_script, settings.target.checks_script)
+        if (ws.root / name).is_file() and name not in files
+    ]
     if as_json:
         echo_json(
             {
@@ -96,11 +161,22 @@ def cli(
                 "target": settings.target.path,
                 "baseline": settings.target.baseline,
                 "baseline_commit": settings.target.baseline_commit,
+                "scripts": scaffolded,
+                "protect": settings.target.protect,
+                "parallel": settings.fleet.parallel,
             }
         )
         return
     click.echo(f"Created workspace {ws.root}")
     click.echo(f"  target    {settings.target.path} @ {settings.target.baseline_commit[:12]}")
-    click.echo(f"  config    {ws.config_path}")
+    click.echo(f"  config    {ws.config_path} (every key explained: README, section Configuration)")
     click.echo(f"  database  {ws.db_path}")
-    click.echo("Next: autoresearch kb add-paper URL, autoresearch kb inventory, autoresearch run")
+    for name in scaffolded:
+        click.echo(f"  script    {ws.root / name} (scaffolded)")
+    if settings.target.protect:
+        click.echo(f"  protected {', '.join(settings.target.protect)}")
+    click.echo(f"  parallel  {settings.fleet.parallel} worker(s)")
+    click.echo(
+        "Next: autoresearch validate (build, benchmark and checks once on the baseline, with advice), "
+        "then autoresearch kb add-paper URL, autoresearch kb inventory, autoresearch run"
+    )

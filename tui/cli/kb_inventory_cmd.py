@@ -45,6 +45,37 @@ def _settings(
         raise UserError(f"--{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
 
 
+_RULES_EXAMPLE = """\
+  [kb.inventory]
+  backends_root = "src/backends"        # one folder per backend: src/backends/cpu/, src/backends/gpu/
+  backend_dir_pattern = '(?P<name>\\w+)'
+  target_backend = "cpu"
+  [[kb.inventory.rules]]
+  call = ["my_can_fuse"]                # my_can_fuse(graph, i, (enum op[]){OP_RMS_NORM, OP_MUL}, 2)
+  op_prefix = "OP_"
+"""
+
+
+def _no_backends(ref: str, settings: InventorySettings, as_json: bool) -> None:
+    """A tree without compute backends: say what was looked for and how to describe another layout."""
+    root = settings.backends_root or "ggml/src, src or the root"
+    folders = "ggml-<name>/" if not settings.backends_root else (settings.backend_dir_pattern or "<backend>/")
+    looked = f"{folders} folders with sources ({', '.join(settings.extensions)}) under {root}"
+    if as_json:
+        echo_json({"root": ref, "backends": [], "fusions": [], "gaps": [], "looked_for": looked})
+        return
+    click.echo(f"No compute backends in {ref}: looked for {looked}. Nothing stored.")
+    click.echo(
+        "The fusion inventory compares what several compute backends fuse (ggml: CPU, CUDA, Metal, ...); "
+        "a tree with one code path has no gaps to mine."
+    )
+    click.echo("For another layout, describe it in autoresearch.toml (README, section Configuration):")
+    click.echo(_RULES_EXAMPLE.rstrip())
+    click.echo(
+        "Other sources of hypotheses: autoresearch kb add-fork, hypotheses generate --model, queue add."
+    )
+
+
 def _print_matrix(inv: Inventory) -> None:
     from kb.inventory import matrix
 
@@ -106,7 +137,7 @@ def inventory(
     scanned read-only. Rescanning the same tree and commit replaces the previous scan in place.
     """
     from kb.config import InventorySettings
-    from kb.errors import WorkspaceNotFound
+    from kb.errors import UserError, WorkspaceNotFound
     from kb.inventory import scan_path, scan_workspace
 
     try:
@@ -117,13 +148,19 @@ def inventory(
         ws = None
     base = ws.settings.kb.inventory if ws is not None else InventorySettings()
     settings = _settings(base, backends_root, backend_pattern, calls, op_prefix, target_backend)
-    if path is None:
-        assert ws is not None
-        inv = scan_workspace(ws, settings)
-        ref = ws.settings.target.path
-    else:
-        inv = scan_path(path, settings, commit=commit)
-        ref = str(path.resolve())
+    ref = ws.settings.target.path if path is None and ws is not None else str(path.resolve() if path else "")
+    try:
+        if path is None:
+            assert ws is not None
+            inv = scan_workspace(ws, settings)
+        else:
+            inv = scan_path(path, settings, commit=commit)
+    except UserError as exc:
+        # The scanner's "no recognisable backends" (kb/inventory): nothing found is not an error.
+        if "no recognisable backends" not in str(exc):
+            raise
+        _no_backends(ref, settings, as_json)
+        return
     source_id: int | None = None
     if ws is not None and not no_store:
         from kb.inventory.store import store

@@ -11,7 +11,9 @@ import click
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, Number, PathArg
 
-_SOURCE_FORMS = "URL, fork:NAME@SHA, gap:ID or note:TEXT"
+_SOURCE_FORMS = (
+    "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
+)
 
 
 def _check_source(ref: str) -> str:
@@ -19,12 +21,12 @@ def _check_source(ref: str) -> str:
     from kb.errors import UserError
 
     ref = ref.strip()
-    if re.fullmatch(r"https?://\S+", ref):
+    if re.fullmatch(r"(https?|file)://\S+", ref):
         return ref
     if re.fullmatch(r"fork:[\w.-]+@[0-9a-fA-F]{7,40}", ref):
         return ref
-    if re.fullmatch(r"gap:[0-9]+", ref):
-        if int(ref[4:]) > MAX_INT:
+    if re.fullmatch(r"(gap|evidence|passage|paper):[0-9]+", ref):
+        if int(ref.split(":", 1)[1]) > MAX_INT:
             raise UserError(f"--source {ref}: no such evidence id (ids are at most {MAX_INT})")
         return ref
     if ref.startswith("note:") and ref[5:].strip():
@@ -57,6 +59,7 @@ def add(
     """Queue PATCH_FILE (a unified diff against the target) as a new hypothesis with its patch."""
     from kb.db import one, transaction
     from kb.errors import UserError, read_text
+    from runner.cite import resolve
     from runner.hypotheses import add_hypothesis, add_patch
 
     ws = workspace(ctx)
@@ -65,11 +68,11 @@ def add(
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]
     db = ws.db()
-    gaps = [int(r[4:]) for r in refs if r.startswith("gap:")]
     with transaction(db):
-        for gap in gaps:
-            if not one(db, "SELECT id FROM evidence WHERE id = ?", [gap]):
-                raise UserError(f"--source gap:{gap}: no such evidence id")
+        # Refs into the knowledge base become evidence links (the provenance chain).
+        cited = [resolve(db, r) for r in refs]
+        refs = list(dict.fromkeys(c.ref for c in cited))
+        gaps = list(dict.fromkeys(e for c in cited for e in c.evidence_ids))
         hid = add_hypothesis(
             db,
             " ".join(title.split()),
@@ -90,12 +93,24 @@ def add(
 
     files = json.loads(patch["files"]) if patch else []
     if as_json:
-        echo_json({"hypothesis": hid, "patch": pid, "title": title, "files": files, "sources": refs})
+        echo_json(
+            {
+                "hypothesis": hid,
+                "patch": pid,
+                "title": title,
+                "files": files,
+                "sources": refs,
+                "evidence": gaps,
+            }
+        )
         return
     click.echo(f"queued hypothesis {hid} (patch {pid}): {title}")
     click.echo(f"  files   {', '.join(files)}")
     if refs:
         click.echo(f"  sources {', '.join(refs)}")
+    for c in cited:
+        if c.evidence_ids:
+            click.echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
 
 
 @cli.command("list")

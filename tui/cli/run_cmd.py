@@ -32,6 +32,15 @@ _POSITIVE = Number(min=0, min_open=True)
 @click.option("--skip-self-test", is_flag=True, help="Do not measure the baseline against itself first.")
 @click.option("--no-final", is_flag=True, help="Do not measure the stacked winners and ablations at the end.")
 @click.option("--detach", is_flag=True, help="Run in the background (outlives this shell); print its log.")
+@click.option(
+    "--from-winners",
+    "from_winners",
+    metavar="RUN",
+    help="Start from an earlier run's head (its winners) instead of the original baseline.",
+)
+@click.option(
+    "--skip-validate", is_flag=True, help="Start even without a passing `autoresearch validate` (warns)."
+)
 @click.option("--resume", is_flag=True, help="Continue an interrupted run (after a crash or kill).")
 @click.option("--run", "run_id", type=ROW_ID, help="With --resume: which run (default: the latest).")
 @json_option
@@ -51,6 +60,8 @@ def cli(
     skip_self_test: bool,
     no_final: bool,
     detach: bool,
+    from_winners: str | None,
+    skip_validate: bool,
     resume: bool,
     run_id: int | None,
     as_json: bool,
@@ -61,6 +72,10 @@ def cli(
     stored), then each wave measures up to PARALLEL patches against the current baseline, pair by
     pair, and keeps, discards or calls inconclusive. Winners are committed on autoresearch/<run>.
     Progress goes to stdout (stderr with --json, which prints the run's summary at the end).
+
+    A new run starts from the original baseline (target.baseline_commit), or with --from-winners
+    RUN from that run's head; it says which. With validation.required (what `init` writes), it
+    starts only after a passing `autoresearch validate` of the current scripts and settings.
     """
     from kb.errors import UserError
     from runner.loop import RunOptions, resume_run, start_run
@@ -80,10 +95,13 @@ def cli(
     }
     given = [f"--{k.replace('_', '-')}" for k, v in run_options.items() if v is not None]
     given += [flag for flag, on in (("--skip-self-test", skip_self_test), ("--no-final", no_final)) if on]
+    given += ["--from-winners"] if from_winners else []
     if resume and given:
         raise UserError(f"{given[0]}: --resume continues with the run's own options; drop it")
     if run_id is not None and not resume:
         raise UserError("--run: only with --resume")
+    if not resume:
+        _check_validation(ws, parallel, backend, skip_validate, as_json)
     if detach:
         _detach(ctx, ws.root, ws.logs_dir, ws.db_path, as_json)
         return
@@ -94,8 +112,16 @@ def cli(
     if resume:
         runner = resume_run(ws, run_id, progress=progress)
     else:
-        options = RunOptions(**run_options, self_test=not skip_self_test, final=not no_final)
+        baseline, origin = _baseline(ws, from_winners)
+        options = RunOptions(
+            **run_options,
+            self_test=not skip_self_test,
+            final=not no_final,
+            baseline=baseline,
+            from_winners=from_winners,
+        )
         runner = start_run(ws, options, progress=progress)
+        progress(f"baseline {runner.baseline[:12]}: {origin}")
     try:
         summary = runner.execute()
     except KeyboardInterrupt:
@@ -107,6 +133,65 @@ def cli(
         _print_summary(summary.to_json())
     if summary.status == "failed":
         raise click.ClickException(f"run {summary.name} failed: {summary.error}")
+
+
+def _check_validation(ws: Any, parallel: int | None, backend: str | None, skip: bool, as_json: bool) -> None:
+    """Refuse a new run that `autoresearch validate` has not passed (validation.required)."""
+    from kb.errors import UserError
+    from runner.validate import gate
+
+    verdict = gate(ws, parallel=parallel, backend=backend)
+    if verdict.ok:
+        return
+    if skip:
+        click.echo(f"warning: --skip-validate: starting anyway, but {verdict.reason}", err=True)
+        return
+    raise UserError(f"run refused: {verdict.reason} (or start anyway: run --skip-validate)")
+
+
+def _baseline(ws: Any, from_winners: str | None) -> tuple[str | None, str]:
+    """The commit a new run starts from (None: the config's) and where it comes from, in words."""
+    from kb import gitrepo
+    from kb.db import one, rows
+    from kb.errors import UserError
+
+    db = ws.db()
+    settings = ws.settings
+    try:
+        if from_winners is None:
+            origin = f"target.baseline {settings.target.baseline!r} of autoresearch.toml (resolved at init)"
+            earlier = rows(
+                db,
+                "SELECT r.name, count(w.id) AS n FROM runs r JOIN winners w ON w.run_id = r.id "
+                "GROUP BY r.id ORDER BY r.id DESC LIMIT 1",
+            )
+            if earlier:
+                last = earlier[0]
+                origin += (
+                    f"; run {last['name']} kept {last['n']} winner(s) on autoresearch/{last['name']}, which "
+                    f"this run does not include (--from-winners {last['name']} starts from them)"
+                )
+            return None, origin
+        run = one(
+            db, "SELECT * FROM runs WHERE name = ? OR CAST(id AS TEXT) = ?", [from_winners, from_winners]
+        )
+        if run is None:
+            raise UserError(f"--from-winners {from_winners}: no such run (see autoresearch history)")
+        if run["status"] in ("running", "paused"):
+            raise UserError(f"--from-winners {from_winners}: the run is still {run['status']}; wait for it")
+        repo = gitrepo.open_repo(ws.mirror_path)
+        head = (gitrepo.branch_head(repo, run["branch"]) if run["branch"] else None) or run["head_commit"]
+        if not head:
+            raise UserError(f"--from-winners {from_winners}: the run has no head commit")
+        count = one(db, "SELECT count(*) AS n FROM winners WHERE run_id = ?", [run["id"]])
+        kept = count["n"] if count else 0
+        origin = (
+            f"the head of run {run['name']} ({run['branch']}: {kept} winner(s) on top of "
+            f"{(run['baseline_commit'] or '?')[:12]})"
+        )
+        return head, origin
+    finally:
+        db.conn.close()
 
 
 def _print_summary(data: dict[str, Any]) -> None:

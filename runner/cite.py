@@ -1,0 +1,105 @@
+"""What a hand-written hypothesis cites: a `--source` ref resolved against the knowledge base.
+
+`queue add --source` takes free-form refs (a URL, `fork:NAME@SHA`, `note:TEXT`) and refs into the
+knowledge base, which become evidence links, so the provenance chain winner -> experiment -> patch
+-> hypothesis -> evidence -> source holds for a patch written by hand:
+
+- `evidence:ID`, `gap:ID`, `passage:ID`: that evidence row (any kind).
+- `paper:ID`: the paper source ID; its first passage is linked, the ref becomes the paper's URL.
+- a paper's own URL or file address (`https://...`, `file:///...`, the path it was added from):
+  the paper added from there; refs that name nothing in the knowledge base stay free-form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+import sqlite_utils
+
+from kb.db import one
+from kb.errors import UserError
+
+EVIDENCE_REF = re.compile(r"(evidence|gap|passage):(\d+)")
+PAPER_REF = re.compile(r"paper:(\d+)")
+
+
+@dataclass(frozen=True)
+class Citation:
+    ref: str
+    """The ref as stored with the hypothesis (hypothesis_sources)."""
+    evidence_ids: list[int] = field(default_factory=list)
+    """Evidence rows to link (hypothesis_evidence)."""
+    what: str = ""
+    """What it points at, for the user ('passage 3 of "Title"')."""
+
+
+def _first_passage(db: sqlite_utils.Database, source_id: int) -> int | None:
+    row = one(
+        db,
+        "SELECT id FROM evidence WHERE source_id = ? AND kind = 'passage' ORDER BY position, id LIMIT 1",
+        [source_id],
+    )
+    return int(row["id"]) if row else None
+
+
+def _paper(db: sqlite_utils.Database, source: dict[str, object], ref: str) -> Citation:
+    evidence = _first_passage(db, int(str(source["id"])))
+    title = source.get("title") or source.get("url")
+    return Citation(ref, [evidence] if evidence else [], f"paper {source['id']} {title!r}")
+
+
+def _addresses(ref: str) -> list[str]:
+    """The forms a paper's address may be stored in (as given, canonical URL, file path)."""
+    forms = [ref]
+    if ref.startswith("file://"):
+        forms.append(unquote(urlsplit(ref).path))
+    elif ref.startswith("/"):
+        from pathlib import Path
+
+        forms.append(Path(ref).as_uri())
+    elif re.match(r"https?://", ref):
+        from kb.papers import normalise_url
+
+        forms.append(normalise_url(ref))
+    return list(dict.fromkeys(forms))
+
+
+def resolve(db: sqlite_utils.Database, ref: str) -> Citation:
+    """A checked ref: a one-line UserError when it names a knowledge-base row that does not exist."""
+    match = EVIDENCE_REF.fullmatch(ref)
+    if match:
+        row = one(
+            db,
+            "SELECT e.id, e.kind, e.title, s.title AS source FROM evidence e "
+            "JOIN sources s ON s.id = e.source_id WHERE e.id = ?",
+            [int(match[2])],
+        )
+        if row is None:
+            raise UserError(f"--source {ref}: no such evidence id (see autoresearch kb search)")
+        if match[1] == "gap" and row["kind"] != "gap":
+            raise UserError(
+                f"--source {ref}: evidence {row['id']} is a {row['kind']}, not a gap (use evidence:ID)"
+            )
+        label = row["title"] or row["source"] or ""
+        return Citation(ref, [int(row["id"])], f"{row['kind']} {row['id']} {label!r}")
+    match = PAPER_REF.fullmatch(ref)
+    if match:
+        source = one(db, "SELECT * FROM sources WHERE id = ? AND kind = 'paper'", [int(match[1])])
+        if source is None:
+            raise UserError(f"--source {ref}: no paper with this id (see autoresearch kb papers)")
+        return _paper(db, source, str(source["canonical_url"] or source["url"] or ref))
+    forms = _addresses(ref)
+    marks = ", ".join("?" for _ in forms)
+    source = one(
+        db,
+        f"SELECT * FROM sources WHERE kind = 'paper' AND (url IN ({marks}) OR canonical_url IN ({marks})) "
+        "ORDER BY id LIMIT 1",
+        [*forms, *forms],
+    )
+    if source is not None:
+        return _paper(db, source, ref)
+    if ref.startswith("file://"):
+        raise UserError(f"--source {ref}: no paper was added from this file (autoresearch kb add-paper FILE)")
+    return Citation(ref)

@@ -1,0 +1,143 @@
+"""No dead ends: `queue add` cites the knowledge base, empty results say what would fill them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kb.db import one, rows
+from kb.init import TargetSpec, create_workspace
+from kb.workspace import Workspace
+from tests.conftest import make_repo
+from tests.kb.helpers import ENGLISH_SECTIONS, LoopbackServer, article_page, db_dump
+from tui.cli import main
+
+PATCH = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-target\n+target, faster\n"
+
+
+def cli(ws: Workspace, *args: str) -> Result:
+    return CliRunner(mix_stderr=False).invoke(main, ["--workspace", str(ws.root), *args])
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return create_workspace(tmp_path / "ws", TargetSpec(location=str(make_repo(tmp_path / "t"))))
+
+
+@pytest.fixture
+def paper(ws: Workspace, tmp_path: Path) -> dict[str, object]:
+    """A paper added from a local HTML file (real trafilatura), as its sources row."""
+    page = tmp_path / "fusion.html"
+    page.write_text(article_page("Kernel fusion for memory-bound ops", ENGLISH_SECTIONS))
+    assert cli(ws, "kb", "add-paper", str(page)).exit_code == 0
+    found = one(ws.db(), "SELECT * FROM sources WHERE kind = 'paper'")
+    assert found is not None
+    return found
+
+
+def _queued(ws: Workspace, result: Result) -> tuple[list[int], list[str]]:
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.output)
+    db = ws.db()
+    linked = [
+        r["evidence_id"]
+        for r in rows(
+            db, "SELECT evidence_id FROM hypothesis_evidence WHERE hypothesis_id = ?", [data["hypothesis"]]
+        )
+    ]
+    refs = [
+        r["ref"]
+        for r in rows(db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ?", [data["hypothesis"]])
+    ]
+    return linked, refs
+
+
+def test_queue_add_cites_a_paper_by_id_url_or_file_address(
+    ws: Workspace, paper: dict[str, object], tmp_path: Path
+) -> None:
+    patch = tmp_path / "p.patch"
+    patch.write_text(PATCH)
+
+    def first_passage(source_id: object) -> int:
+        row = one(
+            ws.db(),
+            "SELECT id FROM evidence WHERE source_id = ? AND kind = 'passage' ORDER BY position, id LIMIT 1",
+            [source_id],
+        )
+        assert row is not None
+        return int(row["id"])
+
+    # A file paper: by id, by its file:// address (what `kb papers` shows as its URL).
+    assert str(paper["canonical_url"]).startswith("file://")
+    for source in (f"paper:{paper['id']}", str(paper["canonical_url"])):
+        result = cli(ws, "queue", "add", str(patch), "-t", f"cite {source}", "--source", source, "--json")
+        linked, refs = _queued(ws, result)
+        assert linked == [first_passage(paper["id"])], source
+        assert refs == [paper["canonical_url"]]
+    # A web paper by its own URL.
+    with LoopbackServer() as server:
+        sections = [("Rooflines", ["Arithmetic intensity decides whether a kernel is memory-bound. " * 8])]
+        url = server.add("/post", article_page("Roofline thinking", sections))
+        added = cli(ws, "kb", "add-paper", url)
+        assert added.exit_code == 0, added.stderr
+    web = one(ws.db(), "SELECT * FROM sources WHERE kind = 'paper' AND url = ?", [url])
+    assert web is not None
+    linked, refs = _queued(ws, cli(ws, "queue", "add", str(patch), "-t", "web", "--source", url, "--json"))
+    assert linked == [first_passage(web["id"])] and refs == [url]
+    # The provenance walk from the paper finds the hand-written hypotheses.
+    from runner.winners import led_to
+
+    walked = led_to(ws.db(), source_id=int(str(paper["id"])))
+    assert len(walked["hypotheses"]) == 2
+    text = cli(ws, "queue", "add", str(patch), "-t", "again", "--source", f"paper:{paper['id']}")
+    assert "cites   paper" in text.output and "Kernel fusion" in text.output
+
+
+def test_queue_add_cites_evidence_and_refuses_unknown_ids(
+    ws: Workspace, paper: dict[str, object], tmp_path: Path
+) -> None:
+    patch = tmp_path / "p.patch"
+    patch.write_text(PATCH)
+    passage = one(ws.db(), "SELECT id FROM evidence WHERE kind = 'passage' ORDER BY id DESC LIMIT 1")
+    assert passage is not None
+    linked, refs = _queued(
+        ws, cli(ws, "queue", "add", str(patch), "-t", "t", "--source", f"evidence:{passage['id']}", "--json")
+    )
+    assert linked == [passage["id"]] and refs == [f"evidence:{passage['id']}"]
+    before = db_dump(ws.db_path)
+    for bad, message in (
+        ("evidence:999", "no such evidence id"),
+        ("paper:999", "no paper with this id"),
+        (f"gap:{passage['id']}", "is a passage, not a gap"),
+        ("file:///nowhere/paper.html", "no paper was added from this file"),
+    ):
+        result = cli(ws, "queue", "add", str(patch), "-t", "t", "--source", bad)
+        assert result.exit_code == 1 and message in result.stderr, (bad, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert db_dump(ws.db_path) == before
+    # A URL the knowledge base does not hold stays a free-form ref.
+    linked, refs = _queued(
+        ws, cli(ws, "queue", "add", str(patch), "-t", "t", "--source", "https://example.org/x", "--json")
+    )
+    assert linked == [] and refs == ["https://example.org/x"]
+
+
+def test_empty_results_say_what_fills_them(ws: Workspace, paper: dict[str, object]) -> None:
+    listed = cli(ws, "hypotheses", "list")
+    assert listed.exit_code == 0
+    assert "hypotheses mine" in listed.output and "hypotheses generate" in listed.output
+    assert "queue add PATCH" in listed.output and "--source paper:ID" in listed.output
+    assert "Papers become hypotheses only through a model" in listed.output
+    mined = cli(ws, "hypotheses", "mine")
+    assert mined.exit_code == 0
+    assert "Added 0" in mined.output and "No backend gaps" in mined.output and "No forks" in mined.output
+    assert "kb add-fork NAME URL" in mined.output and "only through a model" in mined.output
+    inv = cli(ws, "kb", "inventory")
+    assert (
+        inv.exit_code == 0
+        and "No compute backends in" in inv.output
+        and "[[kb.inventory.rules]]" in inv.output
+    )
