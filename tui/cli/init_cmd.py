@@ -31,7 +31,7 @@ from tui.cli.params import PathArg, count
 @click.option("--protect", multiple=True, help="Extra protected path (repeatable).")
 @click.option("--bench-script", default=None, help="Benchmark script (default autoresearch.sh).")
 @click.option("--checks-script", default=None, help="Checks script (default autoresearch.checks.sh).")
-@click.option("--parallel", type=count(), default=None, help="Local fleet parallelism (default: fits the cores).")
+@click.option("--parallel", type=count(), default=None, help="Local fleet parallelism (default: by cores).")
 @click.option(
     "--bench-cmd",
     default=None,
