@@ -41,7 +41,7 @@ from kb import gitrepo
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import stats
+from runner import patchpaths, stats
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
 from runner.prepare import (
     A_DIR,
@@ -50,7 +50,6 @@ from runner.prepare import (
     commit_candidate,
     prepare_workdir,
     protected_paths,
-    refusal,
     remove_workdir,
     resolve_scripts,
     template_path,
@@ -702,6 +701,13 @@ class Runner:
 
         try:
             record = commit_winner(self.ws, self.db, exp["id"])
+        except patchpaths.ProtectedPath as exc:
+            # Never on the branch nor in patches/: the experiment's verdict is withdrawn.
+            with transaction(self.db):
+                update(self.db, "experiments", exp["id"], {"status": "refused", "reason": str(exc)})
+                self._event("experiment_refused", str(exc), level="warning", exp_id=exp["id"])
+            self._say(f"  exp {exp['id']}: refused at commit ({exc})")
+            return
         except UserError as exc:
             # Two winners of one wave touching the same lines: measure the later one again on the
             # new baseline in the next wave.
@@ -965,8 +971,12 @@ class Runner:
             one(self.db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
         )
         if patch is not None:
-            files = json.loads(patch["files"])
-            why = refusal(files, self.protected)
+            # What git would apply onto this baseline, not what the patch's headers say.
+            try:
+                why = patchpaths.check(patch["diff"], self.protected, self.repo, baseline)
+            except patchpaths.PatchUnreadable as exc:
+                self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
+                return False
             if why:
                 self._finish_experiment(exp_id, "refused", why)
                 return False

@@ -10,7 +10,6 @@ workspace's worktrees dir, and the benchmark and checks scripts are placed into 
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 import stat
@@ -19,9 +18,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from kb import gitrepo
-from kb.config import CONFIG_NAME, Settings
+from kb.config import Settings
 from kb.errors import UserError
 from kb.workspace import Workspace
+
+# The policy lives in runner/patchpaths.py; re-exported for the callers that know it from here.
+from runner.patchpaths import protected_paths as protected_paths
+from runner.patchpaths import refusal as refusal
 
 if TYPE_CHECKING:
     import git
@@ -88,33 +91,6 @@ def template_path(ws: Workspace, settings: Settings) -> Path | None:
         return None
     path = Path(configured)
     return path if path.is_absolute() else ws.root / path
-
-
-def protected_paths(ws: Workspace, settings: Settings) -> list[tuple[str, str]]:
-    """(pattern, why) pairs; a pattern is a file, a folder (its contents) or a glob."""
-    scripts = resolve_scripts(ws, settings)
-    found = [
-        (scripts.bench.path, "the benchmark script"),
-        (scripts.checks.path, "the checks script"),
-        (CONFIG_NAME, "the workspace configuration"),
-        ("experiment.yaml", "the experiment template"),
-        ("runner/experiment.yaml", "the experiment template"),
-    ]
-    configured = settings.fleet.template
-    if configured and not Path(configured).is_absolute():
-        found.append((str(PurePosixPath(configured)), "the experiment template"))
-    found.extend((entry.strip("/"), "listed in target.protect") for entry in settings.target.protect)
-    return found
-
-
-def refusal(files: list[str], protected: list[tuple[str, str]]) -> str | None:
-    """Why a patch touching `files` is refused, or None when it touches nothing protected."""
-    for name in files:
-        clean = str(PurePosixPath(name))
-        for pattern, why in protected:
-            if clean == pattern or clean.startswith(pattern + "/") or fnmatch.fnmatchcase(clean, pattern):
-                return f"touches {clean} ({why}: {pattern})"
-    return None
 
 
 def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> str:

@@ -66,6 +66,14 @@ def add(
     if not title.strip():
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]
+    from runner.patchpaths import PatchUnreadable, workspace_check
+
+    try:
+        refused = workspace_check(ws, diff)
+    except PatchUnreadable as exc:
+        raise UserError(f"{patch_file}: not a unified diff git can read ({exc})") from None
+    if refused:
+        raise UserError(f"{patch_file}: refused: the patch {refused}")
     db = ws.db()
     gaps = [int(r[4:]) for r in refs if r.startswith("gap:")]
     with transaction(db):
