@@ -41,7 +41,7 @@ from kb import gitrepo
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import patchpaths, stats
+from runner import patchpaths, runlock, stats
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
 from runner.prepare import (
     A_DIR,
@@ -172,9 +172,14 @@ def _runner_alive(run: dict[str, Any]) -> bool:
 
 
 def _mark_dead_runs(db: sqlite_utils.Database) -> None:
-    """Runs left `running` or `paused` by a runner that died are `interrupted` (resumable)."""
+    """Runs left `running` or `paused` by a runner that died are `interrupted` (resumable).
+
+    Called with the workspace's run lock held (runner/runlock.py): no other process drives a run
+    then, on this host or another, so a run of another process is a dead one; runs of this process
+    (other runners in threads) are judged by the database alone."""
+    here = (os.getpid(), socket.gethostname())
     for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
-        if not _runner_alive(run) and run["pid"] != os.getpid():
+        if (run["pid"], run["host"]) != here:
             with transaction(db):
                 update(db, "runs", run["id"], {"status": "interrupted"})
                 log_event(
@@ -229,7 +234,30 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
         raise UserError(f"policy.self_test_pairs: must be at least {stats.MIN_VALUES}")
     load_template(template_path(ws, settings))
     preflight(options.backend or settings.fleet.backend, ws)  # a bad fleet config: nothing written
+    lock = runlock.acquire(ws.root)  # another process driving a run here: its name, exit 1
+    try:
+        run_id, name = _create_run(ws, options, policy)
+    except BaseException:
+        lock.release()
+        raise
+    lock.record(run_id, name)
+    return Runner(ws, run_id, progress=progress, lock=lock)
+
+
+def _create_run(ws: Workspace, options: RunOptions, policy: stats.Policy) -> tuple[int, str]:
+    """Check that no run is going and insert the new one, as one exclusive write."""
     db = ws.db()
+    try:
+        with transaction(db):  # BEGIN IMMEDIATE: runners of this process cannot interleave either
+            return _insert_run(ws, db, options, policy)
+    finally:
+        db.conn.close()
+
+
+def _insert_run(
+    ws: Workspace, db: sqlite_utils.Database, options: RunOptions, policy: stats.Policy
+) -> tuple[int, str]:
+    settings = ws.settings
     _mark_dead_runs(db)
     for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
         raise UserError(
@@ -253,37 +281,48 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
     if gitrepo.branch_head(repo, branch) is None:
         gitrepo.set_branch(repo, branch, baseline, None)
     stamp = now()
-    with transaction(db):
-        run_id = insert(
-            db,
-            "runs",
-            {
-                "name": name,
-                "status": "running",
-                "branch": branch,
-                "baseline_commit": baseline,
-                "head_commit": baseline,
-                "backend": options.backend or settings.fleet.backend,
-                "policy": {**asdict(policy), "metric": settings.metric.primary},
-                "budget": {
-                    "minutes": _first(options.budget_minutes, settings.budget.minutes),
-                    "usd": _first(options.budget_usd, settings.budget.usd),
-                    "max_experiments": _first(options.max_experiments, settings.budget.max_experiments),
-                },
-                "options": asdict(options),
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started_at": stamp,
-                "heartbeat_at": stamp,
+    run_id = insert(
+        db,
+        "runs",
+        {
+            "name": name,
+            "status": "running",
+            "branch": branch,
+            "baseline_commit": baseline,
+            "head_commit": baseline,
+            "backend": options.backend or settings.fleet.backend,
+            "policy": {**asdict(policy), "metric": settings.metric.primary},
+            "budget": {
+                "minutes": _first(options.budget_minutes, settings.budget.minutes),
+                "usd": _first(options.budget_usd, settings.budget.usd),
+                "max_experiments": _first(options.max_experiments, settings.budget.max_experiments),
             },
-        )
-        log_event(db, "run_started", f"run {name} started on {baseline[:12]}", run_id=run_id)
-    db.conn.close()
-    return Runner(ws, run_id, progress=progress)
+            "options": asdict(options),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": stamp,
+            "heartbeat_at": stamp,
+        },
+    )
+    log_event(db, "run_started", f"run {name} started on {baseline[:12]}", run_id=run_id)
+    return run_id, name
 
 
 def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
     """Take over an interrupted run (or a paused one, which this resumes)."""
+    lock = runlock.acquire(ws.root)
+    try:
+        run = _take_over(ws, run_id)
+    except BaseException:
+        lock.release()
+        raise
+    lock.record(run["id"], run["name"])
+    runner = Runner(ws, run["id"], progress=progress, lock=lock)
+    runner.resuming = True
+    return runner
+
+
+def _take_over(ws: Workspace, run_id: int | None) -> dict[str, Any]:
     db = ws.db()
     _mark_dead_runs(db)
     if run_id is None:
@@ -311,9 +350,7 @@ def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | No
         )
         log_event(db, "run_resumed", f"run {run['name']} resumed (pid {os.getpid()})", run_id=run["id"])
     db.conn.close()
-    runner = Runner(ws, run["id"], progress=progress)
-    runner.resuming = True
-    return runner
+    return run
 
 
 def _first(*values: Any) -> Any:
@@ -326,8 +363,17 @@ def _first(*values: Any) -> Any:
 class Runner:
     """Drives one run from this process. Single-threaded: one loop polls jobs and reads commands."""
 
-    def __init__(self, ws: Workspace, run_id: int, *, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        run_id: int,
+        *,
+        progress: Progress | None = None,
+        lock: runlock.RunLock | None = None,
+    ) -> None:
         self.ws = ws
+        self.lock = lock
+        """The workspace's run lock, released when execute() returns (start_run/resume_run take it)."""
         self.db = ws.db()
         self.settings = ws.settings
         self.run_id = run_id
@@ -423,6 +469,13 @@ class Runner:
         with contextlib.suppress(Exception):
             self.db.conn.close()
         self.db = self.ws.db()
+        try:
+            return self._execute()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _execute(self) -> RunSummary:
         with self._signals():
             try:
                 self.fleet = make_fleet(self.backend, self.ws, self.db, self.run_id, self.parallel)
