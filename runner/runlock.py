@@ -115,7 +115,5 @@ def _holder(path: Path) -> dict[str, Any]:
 def _busy(root: Path, holder: dict[str, Any]) -> str:
     who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
     if holder.get("name"):
-        return (
-            f"run {holder['name']} is going ({who}): wait for it, stop it, or use another workspace"
-        )
+        return f"run {holder['name']} is going ({who}): wait for it, stop it, or use another workspace"
     return f"{root}: another runner ({who}) holds the workspace: wait for it, or use another workspace"
