@@ -107,6 +107,25 @@ class FleetSettings(_Section):
     skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
 
 
+class SandboxSettings(_Section):
+    """How each build, benchmark and checks step is isolated (README: Threat model)."""
+
+    mode: Literal["auto", "off", "required"] = "auto"
+    """auto: the strongest isolation the worker allows, else none with a warning; required: a job
+    on a worker that allows none fails (the run stops); off: no isolation."""
+    method: Literal["auto", "uid", "userns"] = "auto"
+    """uid: PID and mount namespaces as `user` (needs root); userns: the same in a user namespace
+    (any user the kernel lets create one); auto: uid when the harness runs as root, else userns."""
+    user: str = "nobody"
+    """The unprivileged user the steps run as under the uid method."""
+    shared: list[str] = Field(default_factory=list)
+    """Folders every build shares (caches): writable in the baseline's steps, read-only in the
+    candidate's (ccache's folder is added when ccache is installed)."""
+    expose: list[str] = Field(default_factory=list)
+    """Folders or files the steps may read although they are hidden (under HOME or the workspace):
+    a toolchain in ~/.local, say. Paths named by `target.env` are exposed read-only by themselves."""
+
+
 class TimeoutSettings(_Section):
     build: int = Field(900, ge=1)
     bench: int = Field(300, ge=1)
@@ -247,6 +266,7 @@ class Settings(_Section):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     hypotheses: HypothesesSettings = Field(default_factory=HypothesesSettings)

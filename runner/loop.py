@@ -55,6 +55,7 @@ from runner.prepare import (
     template_path,
 )
 from runner.protocol import Invocation, LogParser
+from runner.sandbox import sandbox_envs, weakest
 from runner.template import load_template, one_line, render
 
 Progress = Callable[[str], None]
@@ -1055,7 +1056,8 @@ class Runner:
             )
         started = time.monotonic()
         try:
-            prepare_workdir(self.repo, self.exp_dir(exp_id), baseline, candidate, self.scripts)
+            workdir = self.exp_dir(exp_id)
+            prepare_workdir(self.repo, workdir, baseline, candidate, self.scripts, self.protected)
         except UserError as exc:
             self._finish_experiment(exp_id, "crashed", "setup", detail=str(exc))
             if exp["kind"] == "self_test":
@@ -1157,6 +1159,7 @@ class Runner:
                 "PAIRS": pairs,
                 "RUN_CHECKS": int(run_checks),
                 "AUTORESEARCH_NONCE": nonce,
+                **sandbox_envs(self.ws),
             },
             resources_override=self._resources(),
         )
@@ -1165,7 +1168,8 @@ class Runner:
         with transaction(self.db):
             update(self.db, "jobs", job_id, {"backend_job_id": backend_id, "status": "running"})
         ref = JobRef(job_id, worker.id, backend_id, log_path, job_dir)
-        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, LogParser(nonce), 0, deadline)
+        parser = LogParser(nonce, range(pair_start, pair_start + pairs))
+        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline)
         self._say(
             f"  exp {exp['id']} {exp['title']!r}: batch {batch}, "
             f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
@@ -1220,6 +1224,8 @@ class Runner:
             return "timeout"
         if self._no_metric(found):
             return "no_metric"
+        if active.parser.state.violation or active.parser.state.tampered:
+            return "forged"
         return None
 
     def _stop_job(self, active: ActiveJob, why: str) -> None:
@@ -1243,11 +1249,23 @@ class Runner:
             stamp = now()
             for inv in found:
                 for s in inv.samples:
-                    self.db.execute(
+                    added = self.db.execute(
                         "INSERT OR IGNORE INTO samples (experiment_id, pair, side, metric, seq, value, "
                         "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         [exp_id, s.pair, s.side, s.metric, s.seq, s.value, stamp],
-                    )
+                    ).rowcount
+                    if not added:  # parsed before (a restart): it must be the very same sample
+                        kept = one(
+                            self.db,
+                            "SELECT value FROM samples WHERE experiment_id = ? AND pair = ? AND side = ? "
+                            "AND metric = ? AND seq = ?",
+                            [exp_id, s.pair, s.side, s.metric, s.seq],
+                        )
+                        if kept is not None and kept["value"] != s.value:
+                            state.violation = state.violation or (
+                                f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
+                                f"{s.value:g} differs from the {kept['value']:g} stored before"
+                            )
                 for line, rejected in inv.rejected:
                     self._warn_once(
                         "metric_rejected",
@@ -1337,8 +1355,12 @@ class Runner:
         # batch) are one transaction: a runner killed here either redoes both or neither.
         with transaction(self.db):
             update(self.db, "jobs", active.ref.job_id, values)
-            self._merge_meta(exp["id"], {"seconds": seconds, "logs": self._log_links(active)})
+            links = self._log_links(active)
+            self._merge_meta(exp["id"], {"seconds": seconds, "logs": links, **self._isolation(active, exp)})
             if outcome.status is not None:
+                if active.parser.state.violation:
+                    # Forged markers: none of its samples can be trusted (the job log keeps them all).
+                    self.db.execute("DELETE FROM samples WHERE experiment_id = ?", [exp["id"]])
                 self._finish_experiment(
                     exp["id"], outcome.status, outcome.reason, detail=outcome.detail, cleanup=False
                 )
@@ -1349,16 +1371,43 @@ class Runner:
                 final = self._decide(exp["id"], family)
         if final:
             self._cleanup(exp["id"])
+        state = active.parser.state
+        if state.status == "failed" and state.reason == "sandbox":
+            raise RunFailed(
+                f"sandbox.mode = required, but the worker allows no isolation ({state.isolation_detail}); "
+                f"see {active.ref.log_path}"
+            )
+
+    def _isolation(self, active: ActiveJob, exp: dict[str, Any]) -> dict[str, Any]:
+        """What the experiment ran under: the weakest isolation any of its jobs reported."""
+        state = active.parser.state
+        if state.isolation is None and state.phase is None:
+            return {}  # it never got as far as its steps
+        mode = state.isolation or "none"
+        detail = state.isolation_detail if state.isolation else "the job ran no harness (no SANDBOX marker)"
+        before = json.loads(exp["meta"] or "{}").get("isolation")
+        if before is not None and weakest(before, mode) == before:
+            return {}
+        return {"isolation": mode, "isolation_detail": detail}
 
     def _outcome(self, active: ActiveJob, status: JobStatus) -> Outcome | None:
         """Final status from the job's end, or Outcome(None) to decide from samples; None: lost."""
         state = active.parser.state
+        # A forgery or a tampered protected path outweighs whatever else the job did.
+        if state.violation:
+            return Outcome("refused", f"forged: {state.violation}", "the job's markers cannot be trusted")
+        if state.tampered:
+            step, side, path = state.tampered
+            where = "" if step.endswith(side) else f" (in tree {side})"
+            return Outcome("refused", f"tampered: {path} changed during {step}{where}")
         if active.stopped == "timeout":
             return Outcome("crashed", "timeout", "the whole job ran past its deadline")
         if active.stopped == "no_metric" or self._missing_metric(active):
             return Outcome("crashed", "no_metric", f"a benchmark run printed no valid METRIC {self.metric}")
         if status.detail == "setup failed":
             return Outcome("crashed", "setup", f"the worker's setup exited {status.exit_code}")
+        if state.status == "failed" and state.reason == "sandbox":
+            return Outcome("crashed", "setup", f"sandbox.mode = required: {state.isolation_detail}")
         if state.status == "failed":
             reason = state.reason or "benchmark"
             if state.checks_rc is not None and state.checks_rc != 0:
@@ -1367,8 +1416,8 @@ class Runner:
                     "timeout" if reason == "timeout" else None,
                     f"the checks exited {state.checks_rc}",
                 )
-            if reason == "protected":
-                return Outcome("refused", "a protected script differs between the trees")
+            if reason in ("protected", "tampered"):
+                return Outcome("refused", "tampered: a protected path differs from the baseline's")
             if reason not in ("build", "benchmark", "timeout"):
                 reason = "benchmark"
             return Outcome("crashed", reason, f"exit {status.exit_code}")
@@ -1801,7 +1850,7 @@ class Runner:
                 exp["id"],
                 job["batch"],
                 job["nonce"],
-                LogParser(job["nonce"]),
+                LogParser(job["nonce"], range(job["pair_start"], job["pair_start"] + job["pairs"])),
                 job["parsed_lines"],
                 job["deadline"],
             )

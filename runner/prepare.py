@@ -5,7 +5,8 @@ script, the experiment template, the workspace config, or a path listed in `targ
 refused with the reason. A patch that does not apply onto the current baseline is
 `crashed: does_not_apply`. Otherwise the candidate is committed onto the baseline in the mirror
 (plumbing, no branch moves), both trees are checked out as worktrees of the mirror under the
-workspace's worktrees dir, and the benchmark and checks scripts are placed into both, read-only.
+workspace's worktrees dir, the benchmark and checks scripts are placed into both, read-only, and the
+harness folder is written next to them (runner/sandbox.py).
 """
 
 from __future__ import annotations
@@ -102,8 +103,19 @@ def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> st
         raise DoesNotApply(str(exc)) from None
 
 
-def prepare_workdir(repo: git.Repo, workdir: Path, baseline: str, candidate: str, scripts: Scripts) -> None:
-    """Check out both trees (replacing stale ones) and place the scripts, read-only, into both."""
+def prepare_workdir(
+    repo: git.Repo,
+    workdir: Path,
+    baseline: str,
+    candidate: str,
+    scripts: Scripts,
+    protected: list[tuple[str, str]] | None = None,
+) -> None:
+    """Check out both trees (replacing stale ones), place the scripts, read-only, into both, and
+    write the harness folder (runner/sandbox.py) from the fresh baseline tree: what every
+    protected path (`protected`, plus the two scripts) holds before anything has run."""
+    from runner.sandbox import protected_entries, write_harness
+
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)  # build stamps of a dead attempt
     trees = {A_DIR: baseline, B_DIR: candidate}
@@ -123,6 +135,8 @@ def prepare_workdir(repo: git.Repo, workdir: Path, baseline: str, candidate: str
                 target.chmod(stat.S_IWUSR | stat.S_IRUSR)
             target.write_bytes(content)
             target.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH)
+    entries = protected_entries(repo, baseline, workdir / A_DIR, scripts, protected or [])
+    write_harness(workdir, workdir / A_DIR, entries, scripts)
 
 
 def remove_workdir(repo: git.Repo, workdir: Path) -> None:
