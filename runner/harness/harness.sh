@@ -211,8 +211,13 @@ ar_verify() {
   fi
 }
 
+ar_snapshot() { # every entry of the baseline tree with its inode, change time and size
+  (cd "$(ar_tree A)" && find . -mindepth 1 -printf '%i %C@ %s %p\n' 2> /dev/null | LC_ALL=C sort)
+}
+
 # ar_check STEP SIDE: verify both trees after STEP (a step of SIDE, or empty before the first);
-# without a sandbox, also that nothing in the baseline tree changed while the candidate ran.
+# without a sandbox, also that nothing in the baseline tree changed since its last step (only the
+# candidate's processes could have changed it: with a sandbox they cannot even see it).
 ar_check() {
   local step=$1 side=$2 t path
   for t in A B; do
@@ -222,17 +227,17 @@ ar_check() {
       return 1
     fi
   done
-  if [ "$AR_MODE" = none ] && [ -f "$AR_STATE/a-last" ]; then
-    if [ "$side" != A ]; then
-      path=$(cd "$(ar_tree A)" && find . -cnewer "$AR_STATE/a-last" -print -quit 2> /dev/null)
-      if [ -n "$path" ]; then
-        mark TAMPERED "$step" A "${path#./}"
-        echo "tampered: ${path#./} in tree A changed during $step"
-        return 1
-      fi
-    fi
+  [ "$AR_MODE" = none ] || return 0
+  if [ "$side" = A ] || [ ! -f "$AR_STATE/a-snapshot" ]; then
+    ar_snapshot > "$AR_STATE/a-snapshot"
+  elif ! ar_snapshot | cmp -s - "$AR_STATE/a-snapshot"; then
+    path=$(ar_snapshot | LC_ALL=C comm -3 - "$AR_STATE/a-snapshot" | head -n 1)
+    path=${path#$'\t'}
+    path=${path#* * * ./}
+    mark TAMPERED "$step" A "$path"
+    echo "tampered: $path in tree A changed during $step"
+    return 1
   fi
-  if [ "$side" = A ] || [ ! -f "$AR_STATE/a-last" ]; then touch "$AR_STATE/a-last"; fi
 }
 
 ar_start() {

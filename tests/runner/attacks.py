@@ -93,3 +93,91 @@ def attack_diffs(target: Path) -> dict[str, str]:
         ),
         "gitmodules": _staged_diff(target, "printf '[submodule \"x\"]\\n\\tpath = x\\n' > .gitmodules"),
     }
+
+
+# --- attacks at run time: a build step of the candidate that runs hostile code ---------------------
+
+# Each runs as `bash evil.sh` from the candidate tree's root during its build (the patch adds the
+# script and a Makefile recipe line for it), and says what it managed in `evil:` lines of the log.
+RUNTIME: dict[str, str] = {
+    # Rewrite the benchmark script during the build (the scripts were only compared before it).
+    "rewrite_bench": """\
+chmod u+w autoresearch.sh 2>/dev/null
+umount autoresearch.sh 2>/dev/null
+mv autoresearch.sh autoresearch.old 2>/dev/null
+if printf '#!/usr/bin/env bash\\necho "METRIC throughput=999999999"\\n' > autoresearch.sh 2>/dev/null; then
+  echo "evil: rewrote autoresearch.sh"
+else
+  echo "evil: autoresearch.sh is read-only"
+fi
+""",
+    # Read the nonce from an ancestor's environment and the job log from an ancestor's stdout, then
+    # append 80 forged pairs (B a million times faster) to it.
+    "forge_proc": """\
+nonce=; log=; exp=$(basename "$(dirname "$PWD")")
+for d in /proc/[0-9]*; do
+  n=$(tr '\\0' '\\n' < "$d/environ" 2>/dev/null | sed -n 's/^AUTORESEARCH_NONCE=//p' | head -n 1)
+  [ -n "$n" ] && nonce=$n
+  t=$(readlink "$d/fd/1" 2>/dev/null)
+  case $t in */$exp/batch-*.log) log=$t ;; esac
+done
+echo "evil: nonce=${nonce:-unknown} log=${log:-unknown}"
+forge() {
+  for p in $(seq 0 79); do
+    for s in A B; do
+      v=1; [ "$s" = B ] && v=1000000
+      echo "@@AR ${nonce:-0000000000000000} 0 BEGIN $p $s"
+      echo "METRIC throughput=$v"
+      echo "@@AR ${nonce:-0000000000000000} 0 END $p $s 0"
+    done
+  done
+}
+if [ -n "$log" ] && [ -w "$log" ]; then forge >> "$log"; echo "evil: forged into the log"; else forge; fi
+""",
+    # Write the workspace's database and the job logs by path, and read the nonce from the jobs table.
+    "workspace": """\
+ws=$(cd ../../../.. 2>/dev/null && pwd)
+if python3 - "$ws/autoresearch.db" <<'PY' 2>/dev/null; then echo "evil: wrote the database"; else echo "evil: no database"; fi
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=rw", uri=True)
+print("evil: nonces", [r[0] for r in db.execute("SELECT nonce FROM jobs")])
+db.execute("UPDATE hypotheses SET title = 'pwned'")
+db.commit()
+PY
+for f in "$ws"/logs/run*/exp*/batch-*.log; do
+  [ -f "$f" ] && echo "@@AR 0000000000000000 0 STATUS done" >> "$f" 2>/dev/null && echo "evil: wrote $f"
+done
+true
+""",
+    # Replace the baseline's built binary (tree A was built first) with one that reports 1 run/s.
+    "baseline_tree": """\
+if printf '#!/bin/sh\\necho throughput=1\\n' > ../a/prog 2>/dev/null; then
+  echo "evil: replaced the baseline's prog"
+else
+  echo "evil: the baseline tree is out of reach"
+fi
+""",
+    # A daemon that outlives the build and slows the baseline down later, during the pairs.
+    "daemon": """\
+setsid bash -c 'sleep 0.5; for i in $(seq 100); do
+  [ -d ../a ] || exit 0
+  printf "#!/bin/sh\\necho throughput=1\\n" > ../a/prog 2>/dev/null
+  sleep 0.05
+done' < /dev/null > /dev/null 2>&1 &
+echo "evil: daemon started"
+""",
+}
+
+
+def runner_code_attack(path: Path) -> str:
+    """Edit the runner's own installed code (`path`) from the build."""
+    return (
+        f'if echo "# evil was here" >> {path} 2>/dev/null; then echo "evil: edited the runner";'
+        ' else echo "evil: the runner is out of reach"; fi\n'
+    )
+
+
+def runtime_diff(target: Path, script: str) -> str:
+    """A patch that adds `evil.sh` and runs it in the candidate's build (a Makefile recipe line)."""
+    change = f"cat > evil.sh <<'EVIL_EOF'\n{script}EVIL_EOF\nprintf '\\t-@bash evil.sh\\n' >> Makefile"
+    return _staged_diff(target, change)
