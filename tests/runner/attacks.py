@@ -137,7 +137,8 @@ if [ -n "$log" ] && [ -w "$log" ]; then forge >> "$log"; echo "evil: forged into
     # Write the workspace's database and the job logs by path, and read the nonce from the jobs table.
     "workspace": """\
 ws=$(cd ../../../.. 2>/dev/null && pwd)
-python3 - "$ws/autoresearch.db" <<'PY' 2>/dev/null && echo "evil: wrote the database" || echo "evil: no database"
+db="$ws/autoresearch.db"
+python3 - "$db" <<'PY' 2>/dev/null && echo "evil: wrote the database" || echo "evil: no database"
 import sqlite3, sys
 db = sqlite3.connect(f"file:{sys.argv[1]}?mode=rw", uri=True)
 print("evil: nonces", [r[0] for r in db.execute("SELECT nonce FROM jobs")])
