@@ -52,6 +52,10 @@ class MetricSettings(_Section):
     direction: Literal["higher", "lower"] = "higher"
     unit: str = ""
     guards: list[GuardSettings] = Field(default_factory=list)
+    wall_clock_guard: bool = False
+    """For a benchmark that runs fixed work: a keep stands only when the harness's own wall-clock
+    time per invocation (`harness.wall_s`, recorded for every benchmark) is significantly shorter
+    too, so a candidate whose binary reports a faster clock than it runs is not kept."""
 
     @field_validator("primary")
     @classmethod

@@ -54,7 +54,7 @@ from runner.prepare import (
     resolve_scripts,
     template_path,
 )
-from runner.protocol import Invocation, LogParser
+from runner.protocol import WALL_METRIC, Invocation, LogParser
 from runner.sandbox import sandbox_envs, weakest
 from runner.template import load_template, one_line, render
 
@@ -1554,6 +1554,9 @@ class Runner:
                     {g.metric: _unzip(self._pairs(exp_id, g.metric)) for g in self.guards},
                     alpha=self.policy.alpha,
                 )
+            if decision.verdict == "keep" and self.settings.metric.wall_clock_guard:
+                wall = _unzip(self._pairs(exp_id, WALL_METRIC))
+                decision = stats.confirm_by_wall_clock(decision, *wall, alpha=self.policy.alpha)
         except UserError as exc:
             self._finish_experiment(
                 exp_id, "crashed", "benchmark", detail=f"samples cannot be judged: {exc}", cleanup=False

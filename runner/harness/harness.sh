@@ -32,6 +32,8 @@ AR_UID=
 AR_GID=
 AR_CCACHE=
 AR_SHARED=()
+AR_WALK=()
+AR_CHANGED=
 
 ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; fi; }
 
@@ -186,26 +188,53 @@ ar_detect() {
   AR_WHY=$why
 }
 
-# ar_verify DIR: 0 when every protected path of DIR is as the baseline has it; else prints the
-# first one that differs and returns 1.
-ar_verify() {
-  local dir=$1 out line
+# ar_expect: what both trees must hold at their protected paths, with absolute paths, so that one
+# sha256sum (and, when folders are protected, one find) checks both trees after each step.
+ar_expect() {
+  local t tree line
   local -a dirs
-  if [ -s "$AR_H/files.sha256" ]; then
-    if ! out=$(cd "$dir" && LC_ALL=C sha256sum --quiet --strict -c "$AR_H/files.sha256" 2> /dev/null); then
-      line=${out%%$'\n'*}
-      printf '%s\n' "${line%: FAILED*}"
-      return 1
-    fi
+  : > "$AR_STATE/expect.sha256"
+  : > "$AR_STATE/expect.listing"
+  AR_WALK=()
+  [ -s "$AR_H/dirs.list" ] && mapfile -t dirs < "$AR_H/dirs.list"
+  for t in A B; do
+    tree=$(ar_tree "$t")
+    case $tree in *\\*) return 1 ;; esac # sha256sum would need its escaping for these names
+    while IFS= read -r line; do
+      if [ "${line:0:1}" = '\' ]; then
+        printf '%s  %s/%s\n' "${line%%  *}" "$tree" "${line#*  }"
+      else
+        printf '%s  %s/%s\n' "${line:0:64}" "$tree" "${line:66}"
+      fi
+    done < "$AR_H/files.sha256" >> "$AR_STATE/expect.sha256"
+    while IFS= read -r line; do
+      printf '%s %s/%s\n' "${line:0:1}" "$tree" "${line:2}"
+    done < "$AR_H/listing" >> "$AR_STATE/expect.listing"
+    for line in "${dirs[@]}"; do AR_WALK+=("$tree/$line"); done
+  done
+  LC_ALL=C sort -o "$AR_STATE/expect.listing" "$AR_STATE/expect.listing"
+}
+
+# ar_verify: 0 when every protected path of both trees is as the baseline has it; else sets
+# AR_CHANGED to the first one that differs (an absolute path) and returns 1. No subshell: it runs
+# after every step.
+ar_verify() {
+  local line
+  AR_CHANGED=
+  if [ -s "$AR_STATE/expect.sha256" ] \
+    && ! LC_ALL=C sha256sum --quiet --strict -c "$AR_STATE/expect.sha256" > "$AR_STATE/verify.out" 2> /dev/null; then
+    IFS= read -r line < "$AR_STATE/verify.out"
+    AR_CHANGED=${line%: FAILED*}
+    return 1
   fi
-  if [ -s "$AR_H/dirs.list" ]; then
-    mapfile -t dirs < "$AR_H/dirs.list"
-    (cd "$dir" && find "${dirs[@]}" -printf '%y %p %l\n' 2> /dev/null | LC_ALL=C sort) > "$AR_STATE/listing.now"
-    if ! cmp -s "$AR_STATE/listing.now" "$AR_H/listing"; then
-      line=$(LC_ALL=C comm -3 "$AR_H/listing" "$AR_STATE/listing.now" | head -n 1)
+  if [ "${#AR_WALK[@]}" -gt 0 ]; then
+    find "${AR_WALK[@]}" -printf '%y %p %l\n' 2> /dev/null | LC_ALL=C sort > "$AR_STATE/listing.now"
+    if ! cmp -s "$AR_STATE/listing.now" "$AR_STATE/expect.listing"; then
+      LC_ALL=C comm -3 "$AR_STATE/expect.listing" "$AR_STATE/listing.now" > "$AR_STATE/verify.out"
+      IFS= read -r line < "$AR_STATE/verify.out"
       line=${line#$'\t'}
       line=${line#? }
-      printf '%s\n' "${line% *}"
+      AR_CHANGED=${line% *}
       return 1
     fi
   fi
@@ -220,13 +249,15 @@ ar_snapshot() { # every entry of the baseline tree with its inode, change time a
 # candidate's processes could have changed it: with a sandbox they cannot even see it).
 ar_check() {
   local step=$1 side=$2 t path
-  for t in A B; do
-    if ! path=$(ar_verify "$(ar_tree "$t")"); then
-      mark TAMPERED "$step" "$t" "$path"
-      echo "tampered: $path in tree $t changed during $step"
-      return 1
-    fi
-  done
+  if ! ar_verify; then
+    path=$AR_CHANGED
+    t=B
+    [ "${path#"$(ar_tree A)"/}" != "$path" ] && t=A
+    path=${path#"$(ar_tree "$t")"/}
+    mark TAMPERED "$step" "$t" "$path"
+    echo "tampered: $path in tree $t changed during $step"
+    return 1
+  fi
   [ "$AR_MODE" = none ] || return 0
   if [ "$side" = A ] || [ ! -f "$AR_STATE/a-snapshot" ]; then
     ar_snapshot > "$AR_STATE/a-snapshot"
@@ -253,6 +284,7 @@ ar_start() {
   else
     echo "sandbox: $AR_MODE"
   fi
+  ar_expect || finish failed setup
   ar_check "before-batch-$BATCH" "" || finish failed tampered
 }
 

@@ -145,3 +145,42 @@ def test_without_a_sandbox_tampering_and_forgery_are_refused_and_named(tmp_path:
         assert_branch_carries_only_the_honest_change(ws)
     finally:
         wait_until_gone(ws.root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guard", [False, True])
+def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, guard: bool) -> None:
+    """The benchmarked binary is the candidate's and times itself: one that reports ten times its
+    speed is kept (the limit the README's threat model names), unless the benchmark runs fixed work
+    and `metric.wall_clock_guard` asks the harness's own clock to confirm the win."""
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    ws, target = make_workspace(
+        tmp_path, policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"wall_clock_guard": guard}
+    )
+    db = ws.db()
+    ids = {}
+    for i, name in enumerate(["speedup", "fake_clock"]):
+        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, make_diff(target, name), author_kind="manual")
+    lines: list[str] = []
+    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    assert exps["speedup"]["status"] == "kept", lines
+    fake = exps["fake_clock"]
+    decision = must(one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [fake["id"]]))
+    wall = json.loads(decision["metrics"])["harness.wall_s"]
+    # The harness's clock, recorded next to the decision: the fake one ran no faster.
+    assert wall["pairs"] == 16 and 0.8 < wall["ratio"] < 1.25, wall
+    honest = must(
+        one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
+    )
+    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.8
+    if guard:
+        assert fake["status"] == "inconclusive", lines
+        assert decision["reason"].startswith("the harness's wall clock does not confirm it"), decision[
+            "reason"
+        ]
+    else:
+        assert fake["status"] == "kept", lines
