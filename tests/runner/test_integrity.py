@@ -74,6 +74,16 @@ def assert_branch_carries_only_the_honest_change(ws: Workspace) -> None:
     assert [gitrepo.patch_names(p.read_text()) for p in exported] == [["prog.c"]]
 
 
+def cli(ws: Workspace, *args: str) -> str:
+    from click.testing import CliRunner
+
+    from tui.cli import main
+
+    result = CliRunner().invoke(main, ["--workspace", str(ws.root), *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def wait_until_gone(root: Path, seconds: float = 20) -> list[str]:
     deadline = time.monotonic() + seconds
     while (left := live_processes_under(root)) and time.monotonic() < deadline:
@@ -117,6 +127,23 @@ def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
     assert hashlib.sha256(RUNNER_FILE.read_bytes()).hexdigest() == before
     assert wait_until_gone(ws.root) == []  # the daemon died with its build step
     assert_branch_carries_only_the_honest_change(ws)
+    # The isolation is on the record: history and the report say it.
+    shown = cli(ws, "history")
+    assert f"  isolation {isolation} ({len(exps)})" in shown, shown
+    report = ws.root / "report.md"
+    cli(
+        ws,
+        "report",
+        "--format",
+        "md",
+        "--output",
+        str(report),
+        str(must(one(db, "SELECT name FROM runs"))["name"]),
+    )
+    assert (
+        f"Isolation of the build, benchmark and checks steps: {isolation} ({len(exps)})."
+        in report.read_text()
+    )
 
 
 @pytest.mark.slow
