@@ -1356,7 +1356,10 @@ class Runner:
         with transaction(self.db):
             update(self.db, "jobs", active.ref.job_id, values)
             links = self._log_links(active)
-            self._merge_meta(exp["id"], {"seconds": seconds, "logs": links, **self._isolation(active, exp)})
+            self._merge_meta(
+                exp["id"],
+                {"seconds": seconds, "logs": links, "wall": _walls(active), **self._isolation(active, exp)},
+            )
             if outcome.status is not None:
                 if active.parser.state.violation:
                     # Forged markers: none of its samples can be trusted (the job log keeps them all).
@@ -1371,12 +1374,22 @@ class Runner:
                 final = self._decide(exp["id"], family)
         if final:
             self._cleanup(exp["id"])
-        state = active.parser.state
-        if state.status == "failed" and state.reason == "sandbox":
+        if self._unsandboxed(active):
+            state = active.parser.state
+            why = state.isolation_detail or "the job ran no harness"
             raise RunFailed(
-                f"sandbox.mode = required, but the worker allows no isolation ({state.isolation_detail}); "
+                f"sandbox.mode = required, but the worker allows no isolation ({why}); "
                 f"see {active.ref.log_path}"
             )
+
+    def _unsandboxed(self, active: ActiveJob) -> bool:
+        """sandbox.mode = required, and this job ran (or would have run) its steps without isolation."""
+        state = active.parser.state
+        if self.settings.sandbox.mode != "required":
+            return False
+        if state.status == "failed" and state.reason == "sandbox":
+            return True
+        return state.phase is not None and (state.isolation or "none") == "none"
 
     def _isolation(self, active: ActiveJob, exp: dict[str, Any]) -> dict[str, Any]:
         """What the experiment ran under: the weakest isolation any of its jobs reported."""
@@ -1406,8 +1419,9 @@ class Runner:
             return Outcome("crashed", "no_metric", f"a benchmark run printed no valid METRIC {self.metric}")
         if status.detail == "setup failed":
             return Outcome("crashed", "setup", f"the worker's setup exited {status.exit_code}")
-        if state.status == "failed" and state.reason == "sandbox":
-            return Outcome("crashed", "setup", f"sandbox.mode = required: {state.isolation_detail}")
+        if self._unsandboxed(active):
+            why = state.isolation_detail or "the job ran no harness"
+            return Outcome("crashed", "setup", f"sandbox.mode = required: {why}")
         if state.status == "failed":
             reason = state.reason or "benchmark"
             if state.checks_rc is not None and state.checks_rc != 0:
@@ -1490,6 +1504,12 @@ class Runner:
             if sides.get("A") and sides.get("B")
         ]
 
+    def _wall_pairs(self, exp_id: int) -> list[tuple[float, float]]:
+        """(A, B) seconds of the harness's clock per complete pair (experiments' meta `wall`)."""
+        wall = json.loads(self._exp(exp_id)["meta"] or "{}").get("wall") or {}
+        found = sorted((int(pair), sides) for pair, sides in wall.items() if "A" in sides and "B" in sides)
+        return [(float(sides["A"]), float(sides["B"])) for _, sides in found]
+
     def _metrics_summary(self, exp_id: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         names = [
@@ -1500,8 +1520,8 @@ class Runner:
                 [exp_id],
             )
         ]
-        for name in names:
-            pairs = self._pairs(exp_id, name)
+        for name in [*names, WALL_METRIC]:
+            pairs = self._wall_pairs(exp_id) if name == WALL_METRIC else self._pairs(exp_id, name)
             if not pairs:
                 continue
             a = sorted(p[0] for p in pairs)
@@ -1555,7 +1575,7 @@ class Runner:
                     alpha=self.policy.alpha,
                 )
             if decision.verdict == "keep" and self.settings.metric.wall_clock_guard:
-                wall = _unzip(self._pairs(exp_id, WALL_METRIC))
+                wall = _unzip(self._wall_pairs(exp_id))
                 decision = stats.confirm_by_wall_clock(decision, *wall, alpha=self.policy.alpha)
         except UserError as exc:
             self._finish_experiment(
@@ -1998,6 +2018,16 @@ def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
         summary=json.loads(run["summary"]) if run["summary"] else None,
         error=run["error"],
     )
+
+
+def _walls(active: ActiveJob) -> dict[str, dict[str, float]]:
+    """The harness's clock of this job's completed invocations, {pair: {side: seconds}} (merged
+    into the experiment's meta `wall`, pair by pair, with the earlier batches')."""
+    found: dict[str, dict[str, float]] = {}
+    for inv in active.parser.state.invocations:
+        if inv.rc == 0 and inv.seconds is not None:
+            found.setdefault(str(inv.pair), {})[inv.side] = round(inv.seconds, 6)
+    return found
 
 
 def _unzip(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

@@ -23,8 +23,8 @@ isolation the job ran under and the final status. Samples are authenticated thre
 
 The kinds: PHASE, SANDBOX <isolation> [why], BUILD_BEGIN/BUILD_END, CHECKS_BEGIN/CHECKS_END,
 BEGIN/END <pair> <side>, TAMPERED <step> <side> <path> (a protected path differs from the baseline's
-after that step) and STATUS <done|failed> [reason]. The time between a BEGIN and its END, the
-harness's clock, is recorded as the sample `harness.wall_s` of that side of that pair.
+after that step) and STATUS <done|failed> [reason]. The time between a BEGIN and its END is the
+harness's own clock of that invocation (`harness.wall_s`, recorded by the runner).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _METRIC_START = re.compile(r"METRIC\s")
 MARKER_PREFIX = "@@AR "
 WALL_METRIC = "harness.wall_s"
-"""The harness's own wall-clock seconds of a benchmark invocation (its BEGIN to its END marker),
-recorded as one sample of each side of each pair; a METRIC line of this name is rejected."""
+"""The harness's own wall-clock seconds of a benchmark invocation (its BEGIN to its END marker:
+`Invocation.seconds`), recorded per pair and side on the experiment and summarised next to each
+decision under this name; a METRIC line of this name is rejected."""
 ESCAPED_PREFIX = "@@AR!"
 """How the harness writes a line of a step's output that starts like a marker."""
 PHASES: tuple[str, ...] = ("setup", "build", "bench", "checks")
@@ -267,8 +268,6 @@ class LogParser:
             self._check("END", pair, side, line)
             rc = _int(args[2])
             seconds = None if at is None or began is None else max(0.0, at - began)
-            if seconds is not None and rc == 0:
-                self._samples.append(Sample(pair, side, WALL_METRIC, 0, seconds, line))
             inv = Invocation(pair, side, rc, seconds, tuple(self._samples), tuple(self._rejected))
             state.invocations.append(inv)
             state.steps.append(Step(f"bench-{pair}-{side}", first, line, rc, seconds))

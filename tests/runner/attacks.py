@@ -114,12 +114,13 @@ fi
     # Read the nonce from an ancestor's environment and the job log from an ancestor's stdout, then
     # append 80 forged pairs (B a million times faster) to it.
     "forge_proc": """\
-nonce=; log=; exp=$(basename "$(dirname "$PWD")")
-for d in /proc/[0-9]*; do
-  n=$(tr '\\0' '\\n' < "$d/environ" 2>/dev/null | sed -n 's/^AUTORESEARCH_NONCE=//p' | head -n 1)
-  [ -n "$n" ] && nonce=$n
-  t=$(readlink "$d/fd/1" 2>/dev/null)
-  case $t in */$exp/batch-*.log) log=$t ;; esac
+nonce=; log=; pid=$$
+while [ "$pid" -gt 1 ] 2>/dev/null; do
+  n=$(tr '\\0' '\\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^AUTORESEARCH_NONCE=//p' | head -n 1)
+  [ -z "$nonce" ] && [ -n "$n" ] && nonce=$n
+  t=$(readlink "/proc/$pid/fd/1" 2>/dev/null)
+  case $t in */batch-*.log) log=$t ;; esac
+  pid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
 done
 echo "evil: nonce=${nonce:-unknown} log=${log:-unknown}"
 forge() {

@@ -232,11 +232,13 @@ def workspace_settings(**overrides: Any) -> dict[str, Any]:
     return extra
 
 
-def make_workspace(root: Path, bench: str = BENCH, **overrides: Any) -> tuple[Workspace, Path]:
+def make_workspace(
+    root: Path, bench: str = BENCH, iters: int = ITERS, **overrides: Any
+) -> tuple[Workspace, Path]:
     """A workspace on a fresh C target, with the fast test settings (plus `overrides` sections)."""
     from kb.init import TargetSpec, create_workspace
 
-    target = make_target(root / "target", bench=bench)
+    target = make_target(root / "target", iters=iters, bench=bench)
     ws = create_workspace(
         root / "ws", TargetSpec(location=str(target), extra=workspace_settings(**overrides))
     )

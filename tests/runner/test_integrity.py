@@ -25,7 +25,7 @@ from kb.db import one, rows
 from kb.workspace import Workspace
 from runner.loop import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
-from tests.runner.runner_target import live_processes_under, make_diff, make_workspace, must
+from tests.runner.runner_target import ITERS, live_processes_under, make_diff, make_workspace, must
 
 ONE_LOOK = {"min_pairs": 16, "batch_pairs": 16, "max_pairs": 16, "min_effect": 0.05}
 IS_ROOT = os.geteuid() == 0
@@ -128,18 +128,11 @@ def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
     assert wait_until_gone(ws.root) == []  # the daemon died with its build step
     assert_branch_carries_only_the_honest_change(ws)
     # The isolation is on the record: history and the report say it.
-    shown = cli(ws, "history")
+    name = str(must(one(db, "SELECT name FROM runs"))["name"])
+    shown = cli(ws, "history", "--run", name)
     assert f"  isolation {isolation} ({len(exps)})" in shown, shown
     report = ws.root / "report.md"
-    cli(
-        ws,
-        "report",
-        "--format",
-        "md",
-        "--output",
-        str(report),
-        str(must(one(db, "SELECT name FROM runs"))["name"]),
-    )
+    cli(ws, "report", name, "--format", "md", "--output", str(report))
     assert (
         f"Isolation of the build, benchmark and checks steps: {isolation} ({len(exps)})."
         in report.read_text()
@@ -182,8 +175,10 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     and `metric.wall_clock_guard` asks the harness's own clock to confirm the win."""
     from runner.hypotheses import add_hypothesis, add_patch
 
+    # Four times the usual work, so that the harness's own cost per invocation (a few ms, more on a
+    # loaded machine) does not hide the honest speedup from the wall clock.
     ws, target = make_workspace(
-        tmp_path, policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"wall_clock_guard": guard}
+        tmp_path, iters=4 * ITERS, policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"wall_clock_guard": guard}
     )
     db = ws.db()
     ids = {}
@@ -203,7 +198,7 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     honest = must(
         one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
     )
-    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.8
+    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.75
     if guard:
         assert fake["status"] == "inconclusive", lines
         assert decision["reason"].startswith("the harness's wall clock does not confirm it"), decision[
