@@ -18,7 +18,8 @@
  *     chdir PATH               the step's working directory
  *
  * The command becomes PID 1 of the new PID namespace: when it exits, every process it left is
- * killed by the kernel, so nothing of one step survives into the next. This process waits for it
+ * killed by the kernel, so nothing of one step survives into the next; it has an IPC namespace of
+ * its own too, so no System V shared memory or message queue it leaves reaches a later step. This process waits for it
  * and exits with its status (128+signal when killed); SIGTERM, SIGINT and SIGHUP kill the step.
  * All capabilities are dropped (bounding set, effective, permitted, inheritable, ambient) and
  * no_new_privs is set before the command runs. Exit 125: the sandbox could not be set up (the
@@ -383,7 +384,7 @@ static void forward(int sig) {
 
 int main(int argc, char **argv) {
     int sync[2], status;
-    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID;
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
     char map[64], path[64];
     uid_t uid = geteuid();
     gid_t gid = getegid();

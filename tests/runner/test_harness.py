@@ -118,11 +118,23 @@ def test_a_step_sees_only_its_own_tree(tmp_path: Path, method: str, mode: str) -
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root")
-def test_nothing_a_step_starts_survives_it(tmp_path: Path) -> None:
+def test_nothing_a_step_starts_or_leaves_reaches_the_next(tmp_path: Path) -> None:
     ws, workdir = prepared(tmp_path)
-    daemon = "setsid bash -c 'exec -a ar-test-daemon sleep 300' </dev/null >/dev/null 2>&1 & echo started"
-    out, parser = run_steps(ws, workdir, daemon, "pgrep -f '[a]r-test-daemon' && echo SURVIVED || echo gone")
-    assert "started" in out and "SURVIVED" not in out and "gone" in out, out
+    leave = (
+        "setsid bash -c 'exec -a ar-test-daemon sleep 300' </dev/null >/dev/null 2>&1 & echo started;"
+        "echo note > /tmp/note; echo note > /dev/shm/note; echo note > $HOME/note;"
+        "ipcmk -M 4096 > /dev/null && echo segment"
+    )
+    find = (
+        "pgrep -f '[a]r-test-daemon' && echo SURVIVED || echo gone;"
+        "cat /tmp/note /dev/shm/note $HOME/note 2>/dev/null && echo SHARED;"
+        "ipcs -m | grep -q '^0x' && echo SEGMENT || true;"
+        "kill -KILL -1; echo still running"  # every process this step may signal: its own only
+    )
+    out, parser = run_steps(ws, workdir, leave, find)
+    assert "started" in out and "segment" in out and "gone" in out and "still running" in out, out
+    assert "SURVIVED" not in out and "SHARED" not in out and "SEGMENT" not in out, out
+    assert parser.state.status == "done", out  # the harness outlived the kill
     alive = subprocess.run(["pgrep", "-f", "[a]r-test-daemon"], capture_output=True, text=True).stdout
     assert alive == "", alive
 
