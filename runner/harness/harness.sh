@@ -81,9 +81,22 @@ ar_caches() { # shared caches: written by the baseline's steps, read-only for th
   fi
 }
 
+ar_hidden() { # the folders every step must not see: HOME, the workdir, AUTORESEARCH_HIDE
+  printf '%s\n' "$HOME" "$PWD"
+  ar_list "${AUTORESEARCH_HIDE:-}"
+}
+
+ar_covers() { # ar_covers PATH: would binding PATH into a step show a hidden folder again?
+  local top=${1%/} hidden
+  while IFS= read -r hidden; do
+    case "$hidden/" in "$top"/*) return 0 ;; esac
+  done < <(ar_hidden)
+  return 1
+}
+
 ar_plan() { # ar_plan SIDE METHOD: the sandbox plan of SIDE's steps (see ar-sandbox.c)
-  local side=$1 method=$2 tree entry kind path part acc rest mode
-  local -A pinned=()
+  local side=$1 method=$2 tree entry kind path part acc rest mode inside
+  local -A pinned=() sealed=()
   tree=$(ar_tree "$side")
   ar_plain "$tree" && ar_plain "$PWD" && ar_plain "$HOME" || return 1
   if [ "$method" = userns ]; then
@@ -96,16 +109,16 @@ ar_plan() { # ar_plan SIDE METHOD: the sandbox plan of SIDE's steps (see ar-sand
   { [ "$method" = userns ] && [ "$(id -u)" = 0 ]; } || printf 'tmpfs\t/dev/shm\t1777\n'
   while IFS= read -r entry; do
     [ -n "$entry" ] && [ "$entry" != / ] && ar_plain "$entry" && printf 'tmpfs\t%s\t0755\n' "$entry"
-  done < <(printf '%s\n' "$HOME" "$PWD"; ar_list "${AUTORESEARCH_HIDE:-}")
+  done < <(ar_hidden)
   printf 'bind\t%s\t%s\trw\n' "$tree" "$tree"
   for entry in "${AR_SHARED[@]}"; do
-    ar_plain "$entry" || continue
+    ar_plain "$entry" && ! ar_covers "$entry" || continue
     mode=ro
     [ "$side" = A ] && mode=rw
     printf 'bind\t%s\t%s\t%s\n' "$entry" "$entry" "$mode"
   done
   while IFS= read -r entry; do
-    [ -e "$entry" ] && ar_plain "$entry" && printf 'bind\t%s\t%s\tro\n' "$entry" "$entry"
+    [ -e "$entry" ] && ar_plain "$entry" && ! ar_covers "$entry" && printf 'bind\t%s\t%s\tro\n' "$entry" "$entry"
   done < <(ar_list "${AUTORESEARCH_EXPOSE:-}")
   # Every folder on the way to a protected path becomes a mount point (it cannot be renamed away
   # and replaced during a step), then each protected path is bound read-only: the scripts from
@@ -114,18 +127,29 @@ ar_plan() { # ar_plan SIDE METHOD: the sandbox plan of SIDE's steps (see ar-sand
     [ -n "$path" ] && ar_plain "$path" || continue
     acc=
     rest=$path
+    inside=
     while [[ $rest == */* ]]; do
       part=${rest%%/*}
       rest=${rest#*/}
       acc=${acc:+$acc/}$part
+      if [ -n "${sealed[$acc]:-}" ]; then # inside a protected folder: read-only already
+        inside=1
+        break
+      fi
       if [ -z "${pinned[$acc]:-}" ] && [ -d "$tree/$acc" ] && [ ! -L "$tree/$acc" ]; then
         pinned[$acc]=1
         printf 'bind\t%s\t%s\trw\n' "$tree/$acc" "$tree/$acc"
       fi
     done
+    [ -z "$inside" ] || continue
     case $kind in
       s) printf 'bind\t%s\t%s\tro\n' "$AR_H/files/$path" "$tree/$path" ;;
-      f | d) [ -e "$tree/$path" ] && [ ! -L "$tree/$path" ] && printf 'bind\t%s\t%s\tro\n' "$tree/$path" "$tree/$path" ;;
+      f | d)
+        if [ -e "$tree/$path" ] && [ ! -L "$tree/$path" ]; then
+          printf 'bind\t%s\t%s\tro\n' "$tree/$path" "$tree/$path"
+          [ "$kind" = d ] && sealed[$path]=1
+        fi
+        ;;
     esac
   done < "$AR_H/protected.list"
   printf 'home\t/tmp/home\nchdir\t%s\n' "$tree"

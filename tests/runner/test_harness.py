@@ -184,3 +184,56 @@ def test_required_refuses_to_run_without_isolation(tmp_path: Path) -> None:
     out, parser = run_steps(ws, workdir, "echo RAN", "echo RAN")
     assert parser.state.isolation == "none" and "no user no-such-user" in parser.state.isolation_detail
     assert parser.state.status == "failed" and parser.state.reason == "sandbox" and "RAN" not in out, out
+
+
+def prepared_with_folders(tmp_path: Path, **sandbox: str) -> tuple[Workspace, Path]:
+    """The test target plus a protected folder and a protected file two folders down."""
+    from kb.init import TargetSpec, create_workspace
+    from tests.runner.runner_target import git, make_target, workspace_settings
+
+    target = make_target(tmp_path / "target")
+    (target / "cfg").mkdir()
+    (target / "cfg" / "flags.txt").write_text("-O1\n")
+    (target / "deep" / "er").mkdir(parents=True)
+    (target / "deep" / "er" / "rules.mk").write_text("X = 1\n")
+    git(target, "add", "-A")
+    git(target, "commit", "-q", "-m", "build settings")
+    ws = create_workspace(
+        tmp_path / "ws",
+        TargetSpec(
+            location=str(target),
+            protect=["cfg", "deep/er/rules.mk"],
+            extra=workspace_settings(sandbox=sandbox),
+        ),
+    )
+    repo = gitrepo.open_repo(ws.mirror_path)
+    baseline = ws.settings.target.baseline_commit
+    workdir = ws.worktrees_dir / "run1" / "exp1"
+    scripts = resolve_scripts(ws, ws.settings)
+    prepare_workdir(repo, workdir, baseline, baseline, scripts, protected_paths(ws, ws.settings))
+    return ws, workdir
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root")
+def test_protected_folders_and_the_folders_above_them_hold(tmp_path: Path) -> None:
+    ws, workdir = prepared_with_folders(tmp_path)
+    assert (workdir / HARNESS_DIR / "dirs.list").read_text() == "cfg\n"
+    attempts = (
+        "echo x >> cfg/flags.txt 2>/dev/null && echo CHANGED flags;"
+        "touch cfg/new 2>/dev/null && echo ADDED to cfg;"
+        "echo x >> deep/er/rules.mk 2>/dev/null && echo CHANGED rules;"
+        "mv deep deep.old 2>/dev/null && echo MOVED deep;"
+        "mv deep/er deep/er.old 2>/dev/null && echo MOVED deep/er;"
+        "rm -rf cfg 2>/dev/null; [ -e cfg/flags.txt ] || echo REMOVED cfg;"
+        "touch deep/er/built.o && echo build outputs next to it are fine"
+    )
+    out, parser = run_steps(ws, workdir, "true", attempts)
+    assert parser.state.isolation == "uid+pid+mount", out
+    assert "CHANGED" not in out and "ADDED" not in out and "MOVED" not in out and "REMOVED" not in out, out
+    assert "build outputs next to it are fine" in out and parser.state.tampered is None, out
+
+
+def test_without_a_sandbox_a_file_added_to_a_protected_folder_is_caught(tmp_path: Path) -> None:
+    ws, workdir = prepared_with_folders(tmp_path, mode="off")
+    out, parser = run_steps(ws, workdir, "true", "echo '-O3 -ffast-math' > cfg/extra.txt")
+    assert parser.state.tampered == ("probe-B", "B", "cfg/extra.txt"), out
