@@ -34,6 +34,7 @@ AR_CCACHE=
 AR_SHARED=()
 AR_WALK=()
 AR_CHANGED=
+AR_SCRUB=()
 
 ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; fi; }
 
@@ -295,8 +296,19 @@ ar_check() {
   fi
 }
 
+ar_secrets() { # `env -u` options for the runner's secrets: no step needs an API key or a token
+  local name
+  AR_SCRUB=()
+  while IFS= read -r name; do
+    case $name in
+      *_API_KEY | *_TOKEN | *_SECRET | *_SECRET_* | *_PASSWORD) AR_SCRUB+=(-u "$name") ;;
+    esac
+  done < <(compgen -e)
+}
+
 ar_start() {
   mkdir -p "$AR_STATE" || finish failed setup
+  ar_secrets
   ar_detect
   mark SANDBOX "$AR_MODE" "$AR_WHY"
   if [ "$AR_MODE" = none ]; then
@@ -317,14 +329,14 @@ ar_step() { # ar_step NAME SIDE CMD...: the step's exit code (the job ends if it
   local -a envs=()
   shift 2
   if [ "$AR_MODE" = none ]; then
-    (cd "$(ar_tree "$side")" && "$@") 2>&1 | ar_escape
+    (cd "$(ar_tree "$side")" && env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   else
     if [ -n "$AR_CCACHE" ]; then
       envs+=("CCACHE_DIR=$AR_CCACHE")
       [ "$side" = A ] || envs+=(CCACHE_READONLY=1 CCACHE_TEMPDIR=/tmp/ccache-tmp)
     fi
-    env -u AUTORESEARCH_NONCE HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
+    env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
       "$AR_JAIL" "$AR_STATE/plan-$side" -- "$@" 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   fi

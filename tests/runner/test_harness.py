@@ -95,6 +95,7 @@ def test_a_step_sees_only_its_own_tree(tmp_path: Path, method: str, mode: str) -
         n={NONCE[:8]}; n=${{n}}{NONCE[8:]}  # the nonce's value, never spelled whole in this script
         for e in /proc/[0-9]*/environ; do grep -qa "$n" "$e" 2>/dev/null && echo "SEEN nonce in $e"; done
         env | grep -q "$n" && echo "SEEN nonce in env"
+        env | grep -q -e "sk-te[s]t" -e "ghp-te[s]t" && echo "SEEN a secret"
         # a word of the run script's command line ([a] keeps this script and grep from matching)
         for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < "$c"; echo; done \\
           | grep -c '[a]r_start' | sed 's/^/outside processes /'
@@ -107,7 +108,7 @@ def test_a_step_sees_only_its_own_tree(tmp_path: Path, method: str, mode: str) -
         [ "$HOME" = /tmp/home ] && [ -w "$HOME" ] && echo "home private"
         """
     )
-    out, parser = run_steps(ws, workdir, hostile, "true")
+    out, parser = run_steps(ws, workdir, hostile, "true", OPENAI_API_KEY="sk-test", GITHUB_TOKEN="ghp-test")
     assert parser.state.isolation == mode, out
     assert "SEEN" not in out and "WROTE" not in out and "MOVED" not in out and "UNMOUNTED" not in out, out
     assert "tree writable" in out and "tmp writable" in out and "home private" in out, out
