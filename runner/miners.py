@@ -26,8 +26,6 @@ from runner.prepare import protected_paths, refusal
 from runner.priority import priority
 
 if TYPE_CHECKING:
-    import git
-
     from kb.workspace import Workspace
 
 # A fusion saves one write and one re-read of the intermediate tensor per fused op; on a memory-bound
@@ -210,11 +208,13 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
         if interest and not any(_matches(path, interest) for path in files):
             report.skip("outside_paths_of_interest")
             continue
-        if repo is None:
-            repo = gitrepo.open_repo(ws.mirror_path)
-        if not queue_protected and (refusal(files, protected) or _refused(diff, protected, repo, baseline)):
+        # The names git reads (diff_files): any spelling of a protected path is skipped here; what
+        # only applying it shows (a symlink out of the tree) the runner refuses before it runs.
+        if not queue_protected and refusal(files, protected):
             report.skip("protected_path")
             continue
+        if repo is None:
+            repo = gitrepo.open_repo(ws.mirror_path)
         error = gitrepo.apply_check(repo, baseline, diff)
         if error is not None and gitrepo.apply_check(repo, baseline, diff, reverse=True) is None:
             report.skip("already_in_baseline")  # upstream took it under another patch-id
@@ -257,16 +257,6 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
         if error is not None:
             report.conflicts.append(hid)
     return report
-
-
-def _refused(diff: str, protected: list[tuple[str, str]], repo: git.Repo, baseline: str) -> bool:
-    """Whether the runner would refuse the diff (what git applies onto the baseline)."""
-    from runner import patchpaths
-
-    try:
-        return patchpaths.check(diff, protected, repo, baseline) is not None
-    except patchpaths.PatchUnreadable:
-        return False  # apply_check reports it as a conflict
 
 
 def mine(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: bool = False) -> MineReport:
