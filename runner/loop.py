@@ -1411,7 +1411,9 @@ class Runner:
             return Outcome("refused", f"forged: {state.violation}", "the job's markers cannot be trusted")
         if state.tampered:
             step, side, path = state.tampered
-            where = "" if step.endswith(side) else f" (in tree {side})"
+            # build-B, bench-3-B and the checks are steps of B's tree; name the other tree's change.
+            own = "B" if step == "checks" else step.rsplit("-", 1)[-1]
+            where = "" if own == side else f" (in tree {side})"
             return Outcome("refused", f"tampered: {path} changed during {step}{where}")
         if active.stopped == "timeout":
             return Outcome("crashed", "timeout", "the whole job ran past its deadline")
