@@ -194,11 +194,11 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     decision = must(one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [fake["id"]]))
     wall = json.loads(decision["metrics"])["harness.wall_s"]
     # The harness's clock, recorded next to the decision: the fake one ran no faster.
-    assert wall["pairs"] == 16 and 0.8 < wall["ratio"] < 1.25, wall
+    assert wall["pairs"] == 16 and 0.75 < wall["ratio"] < 1.35, wall
     honest = must(
         one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
     )
-    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.75
+    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.6
     if guard:
         assert fake["status"] == "inconclusive", lines
         assert decision["reason"].startswith("the harness's wall clock does not confirm it"), decision[
