@@ -77,6 +77,10 @@ class MetricSettings(_Section):
     """The primary metric's unit, for reports (e.g. t/s, MB/s, ms)."""
     guards: list[GuardSettings] = Field(default_factory=list)
     """Secondary metrics that may not regress (`[[metric.guards]]` tables: metric, max_regression)."""
+    wall_clock_guard: bool = False
+    """For a benchmark that runs fixed work: a keep stands only when the harness's own wall-clock
+    time per invocation (`harness.wall_s`, recorded for every benchmark) is significantly shorter
+    too, so a candidate whose binary reports a faster clock than it runs is not kept."""
 
     @field_validator("primary")
     @classmethod
@@ -141,6 +145,25 @@ class FleetSettings(_Section):
     A relative path is read from the workspace. Patches may never touch it."""
     skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
     """SkyPilot clusters (`fleet.backend = "skypilot"`)."""
+
+
+class SandboxSettings(_Section):
+    """How each build, benchmark and checks step is isolated (README: Threat model)."""
+
+    mode: Literal["auto", "off", "required"] = "auto"
+    """auto: the strongest isolation the worker allows, else none with a warning; required: a job
+    on a worker that allows none fails (the run stops); off: no isolation."""
+    method: Literal["auto", "uid", "userns"] = "auto"
+    """uid: PID and mount namespaces as `user` (needs root); userns: the same in a user namespace
+    (any user the kernel lets create one); auto: uid when the harness runs as root, else userns."""
+    user: str = "nobody"
+    """The unprivileged user the steps run as under the uid method."""
+    shared: list[str] = Field(default_factory=list)
+    """Folders every build shares (caches): writable in the baseline's steps, read-only in the
+    candidate's (ccache's folder is added when ccache is installed)."""
+    expose: list[str] = Field(default_factory=list)
+    """Folders or files the steps may read although they are hidden (under HOME or the workspace):
+    a toolchain in ~/.local, say. Paths named by `target.env` are exposed read-only by themselves."""
 
 
 class TimeoutSettings(_Section):
@@ -367,6 +390,8 @@ class Settings(_Section):
     """Workers: where experiments run and how many at once."""
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     """Seconds each step may take."""
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    """How each build, benchmark and checks step is isolated (README: Threat model)."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
     """The model (through litellm); empty: miners only."""
     budget: BudgetSettings = Field(default_factory=BudgetSettings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -166,6 +167,151 @@ def parse_trailers(message: str) -> list[tuple[str, str]]:
             return []
         found.append((key, value.strip()))
     return found
+
+
+# --- what a patch touches, as git applies it (runner/patchpaths.py holds the policy) -------------
+
+
+@dataclass(frozen=True)
+class TreeChange:
+    """One path that differs between two trees (`git diff-tree -r --no-renames --raw`)."""
+
+    path: str
+    status: str
+    """A (added), D (deleted), M (modified), T (type changed: file, symlink, gitlink)."""
+    old_mode: str | None
+    """The mode before (100644, 100755, 120000 symlink, 160000 gitlink), None when added."""
+    new_mode: str | None
+    """The mode after, None when deleted."""
+    link_target: str | None = None
+    """What a symlink added or changed by the patch points at."""
+
+
+def _numstat_names(out: str) -> list[str]:
+    """Paths of `git apply --numstat -z` output: `added TAB deleted TAB path NUL`; a rename may also
+    come as `added TAB deleted TAB NUL old NUL new NUL` (the form `git diff --numstat -z` uses)."""
+    fields = out.split("\0")
+    names: list[str] = []
+    i = 0
+    while i < len(fields):
+        record = fields[i]
+        i += 1
+        if not record:
+            continue
+        parts = record.split("\t", 2)
+        if len(parts) < 3:
+            continue
+        if parts[2]:
+            names.append(parts[2])
+        else:  # old NUL new NUL follow
+            names.extend(name for name in fields[i : i + 2] if name)
+            i += 2
+    return names
+
+
+def patch_names(diff: str, repo: git.Repo | None = None) -> list[str]:
+    """Every path `git apply` would use for `diff` with the runner's options (-p1, the default),
+    in order: the new names (`--numstat -z`), then the old ones (the same reversed: rename and copy
+    sources, deleted files). Quoting, octal escapes, other prefixes and absolute headers are read by
+    git itself, so the names are what git would write. Needs no tree; without `repo` it runs outside
+    any repository. Raises UserError with git's reason when git cannot read the patch."""
+    import os
+    import subprocess
+    import tempfile
+
+    def numstat(*flags: str, cwd: str, env: dict[str, str] | None) -> str:
+        base = ["git", "--git-dir", str(repo.git_dir)] if repo is not None else ["git"]
+        result = subprocess.run(
+            [*base, "apply", "--numstat", "-z", *flags, "-"],
+            cwd=cwd,
+            input=diff.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            env=env,
+        )
+        if result.returncode != 0:
+            detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise UserError(f"git apply: {detail[-1] if detail else f'exit {result.returncode}'}")
+        return result.stdout.decode("utf-8", "surrogateescape")
+
+    with tempfile.TemporaryDirectory(prefix="autoresearch-names-") as tmp:
+        # Outside a repository git reads the patch as plain `git apply` would, with no prefix of a
+        # surrounding work tree (running in a subfolder of one would change the paths).
+        env = None if repo is not None else {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)}
+        cwd = str(repo.git_dir) if repo is not None else tmp
+        forward = _numstat_names(numstat(cwd=cwd, env=env))
+        backward = _numstat_names(numstat("-R", cwd=cwd, env=env))
+    seen: dict[str, None] = {}
+    for name in (*forward, *backward):
+        seen.setdefault(name, None)
+    return list(seen)
+
+
+def diff_trees(repo: git.Repo, old: str, new: str) -> list[TreeChange]:
+    """What differs between two trees (or commits), path by path, renames as a delete and an add;
+    the targets of the symlinks `new` adds or changes are read too."""
+    out = run(repo, "diff-tree", "-r", "--no-renames", "--raw", "-z", "--no-commit-id", old, new)
+    fields = out.split("\0")
+    changes: list[TreeChange] = []
+    links: list[tuple[int, str]] = []
+    i = 0
+    while i + 1 < len(fields):
+        meta, path = fields[i], fields[i + 1]
+        i += 2
+        if not meta.startswith(":"):
+            continue
+        old_mode, new_mode, _old_sha, new_sha, status = meta[1:].split(" ", 4)
+        changes.append(
+            TreeChange(
+                path,
+                status[:1],
+                None if old_mode == "000000" else old_mode,
+                None if new_mode == "000000" else new_mode,
+            )
+        )
+        if new_mode == "120000":
+            links.append((len(changes) - 1, new_sha))
+    if links:
+        targets = _blobs(repo, [sha for _, sha in links])
+        for (index, _sha), target in zip(links, targets, strict=True):
+            change = changes[index]
+            changes[index] = TreeChange(change.path, change.status, change.old_mode, change.new_mode, target)
+    return changes
+
+
+def _blobs(repo: git.Repo, shas: list[str]) -> list[str]:
+    """The contents of blobs (symlink targets: short) in one `git cat-file --batch`."""
+    import subprocess
+
+    result = subprocess.run(
+        ["git", "--git-dir", str(repo.git_dir), "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha in shas).encode(),
+        capture_output=True,
+    )
+    if result.returncode != 0:
+        raise UserError(f"git cat-file: {result.stderr.decode('utf-8', 'replace').strip()}")
+    out, pos, found = result.stdout, 0, []
+    for _ in shas:
+        nl = out.index(b"\n", pos)
+        size = int(out[pos:nl].split()[2])
+        found.append(out[nl + 1 : nl + 1 + size].decode("utf-8", "surrogateescape"))
+        pos = nl + 1 + size + 1
+    return found
+
+
+def tree_changes(repo: git.Repo, commit: str, diff: str) -> list[TreeChange] | None:
+    """What applying `diff` onto `commit` changes, as git applies it (the same `git apply --cached`
+    as commit_patch, on a scratch index: no work tree, nothing to clean up), or None when it does
+    not apply there."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autoresearch-touch-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        run(repo, "read-tree", commit, env=env)
+        code, _, _ = _git(repo, "apply", "--cached", "--whitespace=nowarn", "-", input_text=diff, env=env)
+        if code != 0:
+            return None
+        tree = run(repo, "write-tree", env=env).strip()
+    return diff_trees(repo, commit, tree)
 
 
 # --- reading a commit's tree and checking diffs (research: miners, patch writer) ------------------

@@ -236,6 +236,12 @@ class ExperimentInfo:
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
+    @property
+    def isolation(self) -> str | None:
+        """What its build, benchmark and checks ran under (runner/sandbox.py); None if never run."""
+        value = self.meta.get("isolation")
+        return value if isinstance(value, str) else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -252,6 +258,7 @@ class ExperimentInfo:
             "ci": list(self.ci),
             "pairs": self.pairs,
             "verdict": self.decision.verdict if self.decision else None,
+            "isolation": self.isolation,
             "hypothesis": None
             if self.hypothesis_id is None
             else {"id": self.hypothesis_id, "title": self.hypothesis_title},
@@ -295,6 +302,25 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def isolation_summary(exps: Sequence[ExperimentInfo]) -> str | None:
+    """How a run's experiments were isolated, e.g. `uid+pid+mount (5), none (1: sandbox.mode = off)`;
+    None when none of them ran."""
+    counts: dict[str, int] = {}
+    why: dict[str, str] = {}
+    for e in exps:
+        if e.isolation is None:
+            continue
+        counts[e.isolation] = counts.get(e.isolation, 0) + 1
+        detail = e.meta.get("isolation_detail")
+        if isinstance(detail, str) and detail:
+            why.setdefault(e.isolation, detail)
+    if not counts:
+        return None
+    return ", ".join(
+        f"{mode} ({n}{': ' + why[mode] if mode in why else ''})" for mode, n in sorted(counts.items())
+    )
 
 
 # --- runs and waves ----------------------------------------------------------------------------

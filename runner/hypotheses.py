@@ -54,7 +54,21 @@ class Hypothesis:
 
 
 def diff_files(diff: str) -> list[str]:
-    """Paths a unified diff touches (both sides of a rename), in order, without /dev/null."""
+    """Paths a patch touches as git reads it (both sides of a rename), in order.
+
+    Text git cannot read as a patch (a model's diff with miscounted hunks, before recount) falls back
+    to the names its headers give: for display and shape checks only, since such a patch never
+    applies. What the runner refuses is decided by runner/patchpaths.py, from git alone."""
+    from kb import gitrepo
+
+    try:
+        return gitrepo.patch_names(diff)
+    except UserError:
+        return header_names(diff)
+
+
+def header_names(diff: str) -> list[str]:
+    """The names a diff's `---`/`+++` and `diff --git` headers spell, without /dev/null."""
     seen: dict[str, None] = {}
     for path in _DIFF_PATH.findall(diff):
         if path != "/dev/null":

@@ -41,7 +41,7 @@ from kb import gitrepo
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import stats
+from runner import patchpaths, runlock, stats
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
 from runner.prepare import (
     A_DIR,
@@ -50,12 +50,12 @@ from runner.prepare import (
     commit_candidate,
     prepare_workdir,
     protected_paths,
-    refusal,
     remove_workdir,
     resolve_scripts,
     template_path,
 )
-from runner.protocol import Invocation, LogParser
+from runner.protocol import WALL_METRIC, Invocation, LogParser
+from runner.sandbox import sandbox_envs, weakest
 from runner.template import load_template, one_line, render
 
 Progress = Callable[[str], None]
@@ -177,9 +177,14 @@ def _runner_alive(run: dict[str, Any]) -> bool:
 
 
 def _mark_dead_runs(db: sqlite_utils.Database) -> None:
-    """Runs left `running` or `paused` by a runner that died are `interrupted` (resumable)."""
+    """Runs left `running` or `paused` by a runner that died are `interrupted` (resumable).
+
+    Called with the workspace's run lock held (runner/runlock.py): no other process drives a run
+    then, on this host or another, so a run of another process is a dead one; runs of this process
+    (other runners in threads) are judged by the database alone."""
+    here = (os.getpid(), socket.gethostname())
     for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
-        if not _runner_alive(run) and run["pid"] != os.getpid():
+        if (run["pid"], run["host"]) != here:
             with transaction(db):
                 update(db, "runs", run["id"], {"status": "interrupted"})
                 log_event(
@@ -234,7 +239,30 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
         raise UserError(f"policy.self_test_pairs: must be at least {stats.MIN_VALUES}")
     load_template(template_path(ws, settings))
     preflight(options.backend or settings.fleet.backend, ws)  # a bad fleet config: nothing written
+    lock = runlock.acquire(ws.root)  # another process driving a run here: its name, exit 1
+    try:
+        run_id, name = _create_run(ws, options, policy)
+    except BaseException:
+        lock.release()
+        raise
+    lock.record(run_id, name)
+    return Runner(ws, run_id, progress=progress, lock=lock)
+
+
+def _create_run(ws: Workspace, options: RunOptions, policy: stats.Policy) -> tuple[int, str]:
+    """Check that no run is going and insert the new one, as one exclusive write."""
     db = ws.db()
+    try:
+        with transaction(db):  # BEGIN IMMEDIATE: runners of this process cannot interleave either
+            return _insert_run(ws, db, options, policy)
+    finally:
+        db.conn.close()
+
+
+def _insert_run(
+    ws: Workspace, db: sqlite_utils.Database, options: RunOptions, policy: stats.Policy
+) -> tuple[int, str]:
+    settings = ws.settings
     _mark_dead_runs(db)
     for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
         raise UserError(
@@ -260,37 +288,48 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
     if gitrepo.branch_head(repo, branch) is None:
         gitrepo.set_branch(repo, branch, baseline, None)
     stamp = now()
-    with transaction(db):
-        run_id = insert(
-            db,
-            "runs",
-            {
-                "name": name,
-                "status": "running",
-                "branch": branch,
-                "baseline_commit": baseline,
-                "head_commit": baseline,
-                "backend": options.backend or settings.fleet.backend,
-                "policy": {**asdict(policy), "metric": settings.metric.primary},
-                "budget": {
-                    "minutes": _first(options.budget_minutes, settings.budget.minutes),
-                    "usd": _first(options.budget_usd, settings.budget.usd),
-                    "max_experiments": _first(options.max_experiments, settings.budget.max_experiments),
-                },
-                "options": asdict(options),
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started_at": stamp,
-                "heartbeat_at": stamp,
+    run_id = insert(
+        db,
+        "runs",
+        {
+            "name": name,
+            "status": "running",
+            "branch": branch,
+            "baseline_commit": baseline,
+            "head_commit": baseline,
+            "backend": options.backend or settings.fleet.backend,
+            "policy": {**asdict(policy), "metric": settings.metric.primary},
+            "budget": {
+                "minutes": _first(options.budget_minutes, settings.budget.minutes),
+                "usd": _first(options.budget_usd, settings.budget.usd),
+                "max_experiments": _first(options.max_experiments, settings.budget.max_experiments),
             },
-        )
-        log_event(db, "run_started", f"run {name} started on {baseline[:12]}", run_id=run_id)
-    db.conn.close()
-    return Runner(ws, run_id, progress=progress)
+            "options": asdict(options),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": stamp,
+            "heartbeat_at": stamp,
+        },
+    )
+    log_event(db, "run_started", f"run {name} started on {baseline[:12]}", run_id=run_id)
+    return run_id, name
 
 
 def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
     """Take over an interrupted run (or a paused one, which this resumes)."""
+    lock = runlock.acquire(ws.root)
+    try:
+        run = _take_over(ws, run_id)
+    except BaseException:
+        lock.release()
+        raise
+    lock.record(run["id"], run["name"])
+    runner = Runner(ws, run["id"], progress=progress, lock=lock)
+    runner.resuming = True
+    return runner
+
+
+def _take_over(ws: Workspace, run_id: int | None) -> dict[str, Any]:
     db = ws.db()
     _mark_dead_runs(db)
     if run_id is None:
@@ -318,9 +357,7 @@ def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | No
         )
         log_event(db, "run_resumed", f"run {run['name']} resumed (pid {os.getpid()})", run_id=run["id"])
     db.conn.close()
-    runner = Runner(ws, run["id"], progress=progress)
-    runner.resuming = True
-    return runner
+    return run
 
 
 def _first(*values: Any) -> Any:
@@ -333,8 +370,17 @@ def _first(*values: Any) -> Any:
 class Runner:
     """Drives one run from this process. Single-threaded: one loop polls jobs and reads commands."""
 
-    def __init__(self, ws: Workspace, run_id: int, *, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        run_id: int,
+        *,
+        progress: Progress | None = None,
+        lock: runlock.RunLock | None = None,
+    ) -> None:
         self.ws = ws
+        self.lock = lock
+        """The workspace's run lock, released when execute() returns (start_run/resume_run take it)."""
         self.db = ws.db()
         self.settings = ws.settings
         self.run_id = run_id
@@ -430,6 +476,13 @@ class Runner:
         with contextlib.suppress(Exception):
             self.db.conn.close()
         self.db = self.ws.db()
+        try:
+            return self._execute()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _execute(self) -> RunSummary:
         with self._signals():
             try:
                 self.fleet = make_fleet(self.backend, self.ws, self.db, self.run_id, self.parallel)
@@ -708,6 +761,13 @@ class Runner:
 
         try:
             record = commit_winner(self.ws, self.db, exp["id"])
+        except patchpaths.ProtectedPath as exc:
+            # Never on the branch nor in patches/: the experiment's verdict is withdrawn.
+            with transaction(self.db):
+                update(self.db, "experiments", exp["id"], {"status": "refused", "reason": str(exc)})
+                self._event("experiment_refused", str(exc), level="warning", exp_id=exp["id"])
+            self._say(f"  exp {exp['id']}: refused at commit ({exc})")
+            return
         except UserError as exc:
             # Two winners of one wave touching the same lines: measure the later one again on the
             # new baseline in the next wave.
@@ -971,8 +1031,12 @@ class Runner:
             one(self.db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
         )
         if patch is not None:
-            files = json.loads(patch["files"])
-            why = refusal(files, self.protected)
+            # What git would apply onto this baseline, not what the patch's headers say.
+            try:
+                why = patchpaths.check(patch["diff"], self.protected, self.repo, baseline)
+            except patchpaths.PatchUnreadable as exc:
+                self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
+                return False
             if why:
                 self._finish_experiment(exp_id, "refused", why)
                 return False
@@ -998,7 +1062,8 @@ class Runner:
             )
         started = time.monotonic()
         try:
-            prepare_workdir(self.repo, self.exp_dir(exp_id), baseline, candidate, self.scripts)
+            workdir = self.exp_dir(exp_id)
+            prepare_workdir(self.repo, workdir, baseline, candidate, self.scripts, self.protected)
         except UserError as exc:
             self._finish_experiment(exp_id, "crashed", "setup", detail=str(exc))
             if exp["kind"] == "self_test":
@@ -1100,6 +1165,7 @@ class Runner:
                 "PAIRS": pairs,
                 "RUN_CHECKS": int(run_checks),
                 "AUTORESEARCH_NONCE": nonce,
+                **sandbox_envs(self.ws),
             },
             resources_override=self._resources(),
         )
@@ -1108,7 +1174,8 @@ class Runner:
         with transaction(self.db):
             update(self.db, "jobs", job_id, {"backend_job_id": backend_id, "status": "running"})
         ref = JobRef(job_id, worker.id, backend_id, log_path, job_dir)
-        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, LogParser(nonce), 0, deadline)
+        parser = LogParser(nonce, range(pair_start, pair_start + pairs))
+        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline)
         self._say(
             f"  exp {exp['id']} {exp['title']!r}: batch {batch}, "
             f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
@@ -1163,6 +1230,8 @@ class Runner:
             return "timeout"
         if self._no_metric(found):
             return "no_metric"
+        if active.parser.state.violation or active.parser.state.tampered:
+            return "forged"
         return None
 
     def _stop_job(self, active: ActiveJob, why: str) -> None:
@@ -1186,11 +1255,23 @@ class Runner:
             stamp = now()
             for inv in found:
                 for s in inv.samples:
-                    self.db.execute(
+                    added = self.db.execute(
                         "INSERT OR IGNORE INTO samples (experiment_id, pair, side, metric, seq, value, "
                         "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         [exp_id, s.pair, s.side, s.metric, s.seq, s.value, stamp],
-                    )
+                    ).rowcount
+                    if not added:  # parsed before (a restart): it must be the very same sample
+                        kept = one(
+                            self.db,
+                            "SELECT value FROM samples WHERE experiment_id = ? AND pair = ? AND side = ? "
+                            "AND metric = ? AND seq = ?",
+                            [exp_id, s.pair, s.side, s.metric, s.seq],
+                        )
+                        if kept is not None and kept["value"] != s.value:
+                            state.violation = state.violation or (
+                                f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
+                                f"{s.value:g} differs from the {kept['value']:g} stored before"
+                            )
                 for line, rejected in inv.rejected:
                     self._warn_once(
                         "metric_rejected",
@@ -1280,8 +1361,15 @@ class Runner:
         # batch) are one transaction: a runner killed here either redoes both or neither.
         with transaction(self.db):
             update(self.db, "jobs", active.ref.job_id, values)
-            self._merge_meta(exp["id"], {"seconds": seconds, "logs": self._log_links(active)})
+            links = self._log_links(active)
+            self._merge_meta(
+                exp["id"],
+                {"seconds": seconds, "logs": links, "wall": _walls(active), **self._isolation(active, exp)},
+            )
             if outcome.status is not None:
+                if active.parser.state.violation:
+                    # Forged markers: none of its samples can be trusted (the job log keeps them all).
+                    self.db.execute("DELETE FROM samples WHERE experiment_id = ?", [exp["id"]])
                 self._finish_experiment(
                     exp["id"], outcome.status, outcome.reason, detail=outcome.detail, cleanup=False
                 )
@@ -1292,16 +1380,56 @@ class Runner:
                 final = self._decide(exp["id"], family)
         if final:
             self._cleanup(exp["id"])
+        if self._unsandboxed(active):
+            state = active.parser.state
+            why = state.isolation_detail or "the job ran no harness"
+            raise RunFailed(
+                f"sandbox.mode = required, but the worker allows no isolation ({why}); "
+                f"see {active.ref.log_path}"
+            )
+
+    def _unsandboxed(self, active: ActiveJob) -> bool:
+        """sandbox.mode = required, and this job ran (or would have run) its steps without isolation."""
+        state = active.parser.state
+        if self.settings.sandbox.mode != "required":
+            return False
+        if state.status == "failed" and state.reason == "sandbox":
+            return True
+        return state.phase is not None and (state.isolation or "none") == "none"
+
+    def _isolation(self, active: ActiveJob, exp: dict[str, Any]) -> dict[str, Any]:
+        """What the experiment ran under: the weakest isolation any of its jobs reported."""
+        state = active.parser.state
+        if state.isolation is None and state.phase is None:
+            return {}  # it never got as far as its steps
+        mode = state.isolation or "none"
+        detail = state.isolation_detail if state.isolation else "the job ran no harness (no SANDBOX marker)"
+        before = json.loads(exp["meta"] or "{}").get("isolation")
+        if before is not None and weakest(before, mode) == before:
+            return {}
+        return {"isolation": mode, "isolation_detail": detail}
 
     def _outcome(self, active: ActiveJob, status: JobStatus) -> Outcome | None:
         """Final status from the job's end, or Outcome(None) to decide from samples; None: lost."""
         state = active.parser.state
+        # A forgery or a tampered protected path outweighs whatever else the job did.
+        if state.violation:
+            return Outcome("refused", f"forged: {state.violation}", "the job's markers cannot be trusted")
+        if state.tampered:
+            step, side, path = state.tampered
+            # build-B, bench-3-B and the checks are steps of B's tree; name the other tree's change.
+            own = "B" if step == "checks" else step.rsplit("-", 1)[-1]
+            where = "" if own == side else f" (in tree {side})"
+            return Outcome("refused", f"tampered: {path} changed during {step}{where}")
         if active.stopped == "timeout":
             return Outcome("crashed", "timeout", "the whole job ran past its deadline")
         if active.stopped == "no_metric" or self._missing_metric(active):
             return Outcome("crashed", "no_metric", f"a benchmark run printed no valid METRIC {self.metric}")
         if status.detail == "setup failed":
             return Outcome("crashed", "setup", f"the worker's setup exited {status.exit_code}")
+        if self._unsandboxed(active):
+            why = state.isolation_detail or "the job ran no harness"
+            return Outcome("crashed", "setup", f"sandbox.mode = required: {why}")
         if state.status == "failed":
             reason = state.reason or "benchmark"
             if state.checks_rc is not None and state.checks_rc != 0:
@@ -1310,8 +1438,8 @@ class Runner:
                     "timeout" if reason == "timeout" else None,
                     f"the checks exited {state.checks_rc}",
                 )
-            if reason == "protected":
-                return Outcome("refused", "a protected script differs between the trees")
+            if reason in ("protected", "tampered"):
+                return Outcome("refused", "tampered: a protected path differs from the baseline's")
             if reason not in ("build", "benchmark", "timeout"):
                 reason = "benchmark"
             return Outcome("crashed", reason, f"exit {status.exit_code}")
@@ -1384,6 +1512,12 @@ class Runner:
             if sides.get("A") and sides.get("B")
         ]
 
+    def _wall_pairs(self, exp_id: int) -> list[tuple[float, float]]:
+        """(A, B) seconds of the harness's clock per complete pair (experiments' meta `wall`)."""
+        wall = json.loads(self._exp(exp_id)["meta"] or "{}").get("wall") or {}
+        found = sorted((int(pair), sides) for pair, sides in wall.items() if "A" in sides and "B" in sides)
+        return [(float(sides["A"]), float(sides["B"])) for _, sides in found]
+
     def _metrics_summary(self, exp_id: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         names = [
@@ -1394,8 +1528,8 @@ class Runner:
                 [exp_id],
             )
         ]
-        for name in names:
-            pairs = self._pairs(exp_id, name)
+        for name in [*names, WALL_METRIC]:
+            pairs = self._wall_pairs(exp_id) if name == WALL_METRIC else self._pairs(exp_id, name)
             if not pairs:
                 continue
             a = sorted(p[0] for p in pairs)
@@ -1448,6 +1582,9 @@ class Runner:
                     {g.metric: _unzip(self._pairs(exp_id, g.metric)) for g in self.guards},
                     alpha=self.policy.alpha,
                 )
+            if decision.verdict == "keep" and self.settings.metric.wall_clock_guard:
+                wall = _unzip(self._wall_pairs(exp_id))
+                decision = stats.confirm_by_wall_clock(decision, *wall, alpha=self.policy.alpha)
         except UserError as exc:
             self._finish_experiment(
                 exp_id, "crashed", "benchmark", detail=f"samples cannot be judged: {exc}", cleanup=False
@@ -1744,7 +1881,7 @@ class Runner:
                 exp["id"],
                 job["batch"],
                 job["nonce"],
-                LogParser(job["nonce"]),
+                LogParser(job["nonce"], range(job["pair_start"], job["pair_start"] + job["pairs"])),
                 job["parsed_lines"],
                 job["deadline"],
             )
@@ -1889,6 +2026,16 @@ def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
         summary=json.loads(run["summary"]) if run["summary"] else None,
         error=run["error"],
     )
+
+
+def _walls(active: ActiveJob) -> dict[str, dict[str, float]]:
+    """The harness's clock of this job's completed invocations, {pair: {side: seconds}} (merged
+    into the experiment's meta `wall`, pair by pair, with the earlier batches')."""
+    found: dict[str, dict[str, float]] = {}
+    for inv in active.parser.state.invocations:
+        if inv.rc == 0 and inv.seconds is not None:
+            found.setdefault(str(inv.pair), {})[inv.side] = round(inv.seconds, 6)
+    return found
 
 
 def _unzip(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

@@ -208,6 +208,8 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
         if interest and not any(_matches(path, interest) for path in files):
             report.skip("outside_paths_of_interest")
             continue
+        # The names git reads (diff_files): any spelling of a protected path is skipped here; what
+        # only applying it shows (a symlink out of the tree) the runner refuses before it runs.
         if not queue_protected and refusal(files, protected):
             report.skip("protected_path")
             continue

@@ -21,9 +21,9 @@ from pydantic import BaseModel, Field
 from kb.config import Settings
 from kb.db import log_event, one, rows, transaction
 from kb.errors import UserError
-from runner import prompting
+from runner import patchpaths, prompting
 from runner.hypotheses import add_note, add_patch, diff_files, evidence_of, get, latest_patch, set_status
-from runner.prepare import protected_paths, refusal
+from runner.patchpaths import protected_paths, refusal
 
 if TYPE_CHECKING:
     import git
@@ -361,7 +361,10 @@ def write_patch(
         outcome.call_ids.append(result.call_id)
         diff = recount(result.value.diff)
         files = diff_files(diff)
-        refused = refusal(files, protected)
+        try:
+            refused = patchpaths.check(diff, protected, repo, base)
+        except patchpaths.PatchUnreadable:
+            refused = None  # git cannot read it: apply_check below says why, and the model retries
         if refused:
             return _unpatchable(db, outcome, f"the model's patch {refused}")
         error = gitrepo.apply_check(repo, base, diff)

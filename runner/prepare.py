@@ -5,12 +5,12 @@ script, the experiment template, the workspace config, or a path listed in `targ
 refused with the reason. A patch that does not apply onto the current baseline is
 `crashed: does_not_apply`. Otherwise the candidate is committed onto the baseline in the mirror
 (plumbing, no branch moves), both trees are checked out as worktrees of the mirror under the
-workspace's worktrees dir, and the benchmark and checks scripts are placed into both, read-only.
+workspace's worktrees dir, the benchmark and checks scripts are placed into both, read-only, and the
+harness folder is written next to them (runner/sandbox.py).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 import stat
@@ -19,9 +19,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from kb import gitrepo
-from kb.config import CONFIG_NAME, Settings
+from kb.config import Settings
 from kb.errors import UserError
 from kb.workspace import Workspace
+
+# The policy lives in runner/patchpaths.py; re-exported for the callers that know it from here.
+from runner.patchpaths import protected_paths as protected_paths
+from runner.patchpaths import refusal as refusal
 
 if TYPE_CHECKING:
     import git
@@ -90,33 +94,6 @@ def template_path(ws: Workspace, settings: Settings) -> Path | None:
     return path if path.is_absolute() else ws.root / path
 
 
-def protected_paths(ws: Workspace, settings: Settings) -> list[tuple[str, str]]:
-    """(pattern, why) pairs; a pattern is a file, a folder (its contents) or a glob."""
-    scripts = resolve_scripts(ws, settings)
-    found = [
-        (scripts.bench.path, "the benchmark script"),
-        (scripts.checks.path, "the checks script"),
-        (CONFIG_NAME, "the workspace configuration"),
-        ("experiment.yaml", "the experiment template"),
-        ("runner/experiment.yaml", "the experiment template"),
-    ]
-    configured = settings.fleet.template
-    if configured and not Path(configured).is_absolute():
-        found.append((str(PurePosixPath(configured)), "the experiment template"))
-    found.extend((entry.strip("/"), "listed in target.protect") for entry in settings.target.protect)
-    return found
-
-
-def refusal(files: list[str], protected: list[tuple[str, str]]) -> str | None:
-    """Why a patch touching `files` is refused, or None when it touches nothing protected."""
-    for name in files:
-        clean = str(PurePosixPath(name))
-        for pattern, why in protected:
-            if clean == pattern or clean.startswith(pattern + "/") or fnmatch.fnmatchcase(clean, pattern):
-                return f"touches {clean} ({why}: {pattern})"
-    return None
-
-
 def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> str:
     """The candidate as a commit on top of the baseline (no branch moves); DoesNotApply if it fails."""
     env = {key: value for key, value in AUTHOR.items() if key not in os.environ}
@@ -126,8 +103,19 @@ def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> st
         raise DoesNotApply(str(exc)) from None
 
 
-def prepare_workdir(repo: git.Repo, workdir: Path, baseline: str, candidate: str, scripts: Scripts) -> None:
-    """Check out both trees (replacing stale ones) and place the scripts, read-only, into both."""
+def prepare_workdir(
+    repo: git.Repo,
+    workdir: Path,
+    baseline: str,
+    candidate: str,
+    scripts: Scripts,
+    protected: list[tuple[str, str]] | None = None,
+) -> None:
+    """Check out both trees (replacing stale ones), place the scripts, read-only, into both, and
+    write the harness folder (runner/sandbox.py) from the fresh baseline tree: what every
+    protected path (`protected`, plus the two scripts) holds before anything has run."""
+    from runner.sandbox import protected_entries, write_harness
+
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)  # build stamps of a dead attempt
     trees = {A_DIR: baseline, B_DIR: candidate}
@@ -147,6 +135,8 @@ def prepare_workdir(repo: git.Repo, workdir: Path, baseline: str, candidate: str
                 target.chmod(stat.S_IWUSR | stat.S_IRUSR)
             target.write_bytes(content)
             target.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH)
+    entries = protected_entries(repo, baseline, workdir / A_DIR, scripts, protected or [])
+    write_harness(workdir, workdir / A_DIR, entries, scripts)
 
 
 def remove_workdir(repo: git.Repo, workdir: Path) -> None:

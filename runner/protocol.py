@@ -6,10 +6,25 @@ rejected (the caller logs a warning event), never read as 0. A line is a metric 
 starts with `METRIC` and whitespace; anything else on stdout is log.
 
 A job runs the rendered `run` of runner/experiment.yaml, which prints markers
-`@@AR <nonce> <time> <KIND> ...` around every step. `LogParser` turns the job log into phases,
-per-invocation samples and the final status. Only markers carrying the job's nonce count (the nonce
-is withheld from the benchmark and the checks), and only METRIC lines between the BEGIN and END
-markers of one benchmark invocation are samples of that (pair, side).
+`@@AR <nonce> <time> <KIND> ...` around every step, and runs every step through the harness
+(runner/harness/harness.sh). `LogParser` turns the job log into phases, per-invocation samples, the
+isolation the job ran under and the final status. Samples are authenticated three ways:
+
+- the markers are printed by the harness only, between steps: a step's output reaches the log
+  through the harness, which escapes any line of it that starts like a marker (`@@AR!`), and no step
+  holds the log's descriptor; in a sandbox no step can reach the log file, the database, the job's
+  files or its ancestors' environments either;
+- only markers carrying the job's nonce count (the nonce is withheld from every step), and only
+  METRIC lines between the BEGIN and END markers of one benchmark invocation are samples of that
+  (pair, side);
+- the markers must tell one consistent story: a BEGIN or END seen twice for a (pair, side), an END
+  without its BEGIN, a pair outside the batch's range or more invocations than it asked for is a
+  forgery (`state.violation`): the experiment is refused, never judged on the first sample seen.
+
+The kinds: PHASE, SANDBOX <isolation> [why], BUILD_BEGIN/BUILD_END, CHECKS_BEGIN/CHECKS_END,
+BEGIN/END <pair> <side>, TAMPERED <step> <side> <path> (a protected path differs from the baseline's
+after that step) and STATUS <done|failed> [reason]. The time between a BEGIN and its END is the
+harness's own clock of that invocation (`harness.wall_s`, recorded by the runner).
 """
 
 from __future__ import annotations
@@ -27,6 +42,12 @@ NAME = re.compile(r"[\w.µ]+")
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _METRIC_START = re.compile(r"METRIC\s")
 MARKER_PREFIX = "@@AR "
+WALL_METRIC = "harness.wall_s"
+"""The harness's own wall-clock seconds of a benchmark invocation (its BEGIN to its END marker:
+`Invocation.seconds`), recorded per pair and side on the experiment and summarised next to each
+decision under this name; a METRIC line of this name is rejected."""
+ESCAPED_PREFIX = "@@AR!"
+"""How the harness writes a line of a step's output that starts like a marker."""
 PHASES: tuple[str, ...] = ("setup", "build", "bench", "checks")
 TIMEOUT_CODES = (124, 137)
 
@@ -129,7 +150,15 @@ class LogState:
     steps: list[Step] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
     forged: list[int] = field(default_factory=list)
-    """Lines that look like markers but carry the wrong nonce."""
+    """Lines that look like markers but carry the wrong nonce, or that a step printed (escaped)."""
+    isolation: str | None = None
+    """What the harness ran the steps under (SANDBOX marker): uid+pid+mount, userns+pid+mount, none."""
+    isolation_detail: str = ""
+    """Why the isolation is weaker than it could be (SANDBOX marker's reason)."""
+    tampered: tuple[str, str, str] | None = None
+    """(step, side, path): the first protected path found changed, and after which step."""
+    violation: str | None = None
+    """The first inconsistency of the markers (a forgery): the job's samples cannot be trusted."""
     lines: int = 0
 
 
@@ -141,11 +170,14 @@ class LogParser:
     samples as soon as they are known.
     """
 
-    def __init__(self, nonce: str) -> None:
+    def __init__(self, nonce: str, pairs: range | None = None) -> None:
+        """`pairs`: the pairs the batch asked for (markers of any other pair are a forgery)."""
         if not nonce:
             raise ValueError("a job log parser needs the job's nonce")
         self.nonce = nonce
+        self.pairs = pairs
         self.state = LogState()
+        self._seen: set[tuple[str, int, str]] = set()
         self._buffer = b""
         self._open: tuple[int, Side, float | None, int] | None = None
         self._samples: list[Sample] = []
@@ -188,8 +220,13 @@ class LogParser:
                 return self._marker(number, _time(parts[2]), parts[3], parts[4:])
             self.state.forged.append(number)
             return None
+        if text.startswith(ESCAPED_PREFIX):
+            self.state.forged.append(number)  # a step printed a marker-like line; the harness escaped it
+            return None
         if self._open is not None:
             found = parse_metric_line(text)
+            if isinstance(found, Metric) and found.name == WALL_METRIC:
+                found = Rejected(text, f"metric {WALL_METRIC} is the harness's own clock")
             if isinstance(found, Metric):
                 seq = self._seq.get(found.name, 0)
                 self._seq[found.name] = seq + 1
@@ -229,10 +266,18 @@ class LogParser:
             _close(step, line, state.checks_rc, began, at)
         elif kind == "BEGIN" and len(args) >= 2 and args[1] in ("A", "B"):
             side: Side = "A" if args[1] == "A" else "B"
-            self._open = (_int(args[0]), side, at, line)
+            pair = _int(args[0])
+            if self._open is not None:
+                self._violate(f"log line {line}: BEGIN {pair} {side} inside another invocation")
+            self._check("BEGIN", pair, side, line)
+            self._open = (pair, side, at, line)
             self._samples, self._rejected, self._seq = [], [], {}
-        elif kind == "END" and len(args) >= 3 and self._open is not None:
+        elif kind == "END" and len(args) >= 3:
+            if self._open is None or (self._open[0], self._open[1]) != (_int(args[0]), args[1]):
+                self._violate(f"log line {line}: END {args[0]} {args[1]} without its BEGIN")
+                return None
             pair, side, began, first = self._open
+            self._check("END", pair, side, line)
             rc = _int(args[2])
             seconds = None if at is None or began is None else max(0.0, at - began)
             inv = Invocation(pair, side, rc, seconds, tuple(self._samples), tuple(self._rejected))
@@ -242,9 +287,37 @@ class LogParser:
             self._samples, self._rejected, self._seq = [], [], {}
             return inv
         elif kind == "STATUS" and args:
+            if state.status is not None:
+                self._violate(f"log line {line}: a second STATUS")
             state.status = args[0]
             state.reason = args[1] if len(args) > 1 else None
+        elif kind == "SANDBOX" and args:
+            state.isolation = args[0]
+            state.isolation_detail = " ".join(args[1:])
+        elif kind == "TAMPERED" and len(args) >= 3 and state.tampered is None:
+            state.tampered = (args[0], args[1], " ".join(args[2:]))
         return None
+
+    def _check(self, kind: str, pair: int, side: str, line: int) -> None:
+        """A BEGIN or END must be the first of its (pair, side), within the batch's pairs, and the
+        invocations at most the two sides of each pair asked for."""
+        key = (kind, pair, side)
+        if key in self._seen:
+            self._violate(f"log line {line}: a second {kind} for pair {pair} {side}")
+        self._seen.add(key)
+        if self.pairs is not None and pair not in self.pairs:
+            self._violate(
+                f"log line {line}: pair {pair} is outside the batch's pairs "
+                f"{self.pairs.start}..{self.pairs.stop - 1}"
+            )
+        if self.pairs is not None and kind == "BEGIN":
+            begun = sum(1 for k, _, _ in self._seen if k == "BEGIN")
+            if begun > 2 * len(self.pairs):
+                self._violate(f"log line {line}: more invocations than the {2 * len(self.pairs)} asked for")
+
+    def _violate(self, why: str) -> None:
+        if self.state.violation is None:
+            self.state.violation = why
 
 
 def _close(step: Step, line: int, rc: int, began: float | None, at: float | None) -> None:

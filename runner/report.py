@@ -376,6 +376,9 @@ def build(
 ) -> tuple[list[Block], list[history.ExperimentInfo]]:
     exps = history.experiments(db, run.id)
     blocks: list[Block] = [Heading(f"Run {run.name}", level=1), *_run_blocks(run)]
+    isolation = history.isolation_summary(exps)
+    if isolation:
+        blocks.append(Para(f"Isolation of the build, benchmark and checks steps: {isolation}."))
     blocks += _self_test_blocks(run)
     blocks += _waves_blocks(history.waves(db, run.id))
     blocks += _experiments_blocks(exps, imported=bool(run.imported_from))

@@ -360,6 +360,40 @@ def apply_guards(
     return decision
 
 
+def confirm_by_wall_clock(
+    decision: Decision, baseline: Sequence[float], candidate: Sequence[float], *, alpha: float = 0.05
+) -> Decision:
+    """For a benchmark that runs a fixed amount of work: a keep stands only when the harness's own
+    wall-clock time per invocation (`baseline`, `candidate`: seconds, pair by pair) is significantly
+    shorter too; otherwise it is inconclusive, with both figures. The candidate's binary times
+    itself and could report a faster clock than it runs; the harness's clock is not its to change.
+    Verdicts other than keep pass through unchanged."""
+    if decision.verdict != "keep":
+        return decision
+    policy = Policy(
+        alpha=alpha,
+        direction="lower",
+        min_pairs=MIN_VALUES,
+        max_pairs=max(MIN_VALUES, len(baseline)),
+        sequential=False,
+    )
+    try:
+        ev = _paired_evidence(baseline, candidate, policy)
+    except UserError as exc:
+        raise UserError(f"the harness's wall clock: {exc}") from None
+    low, high = math.expm1(ev.low), math.expm1(ev.high)
+    if low > 0:
+        return decision
+    return replace(
+        decision,
+        verdict="inconclusive",
+        reason=(
+            f"the harness's wall clock does not confirm it: wall time {pct(math.expm1(ev.center))} "
+            f"[{pct(low)}, {pct(high)}] faster; primary metric: {decision.reason}"
+        ),
+    )
+
+
 def self_test(first: Sequence[float], second: Sequence[float], *, alpha: float = 0.05) -> SelfTest:
     """A/A test: pairs of the same tree measured twice. Passes when the interval contains 0."""
     policy = Policy(alpha=alpha, min_pairs=MIN_VALUES, sequential=False)

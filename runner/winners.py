@@ -25,6 +25,7 @@ import sqlite_utils
 from kb.db import insert, log_event, one, rows, transaction, update
 from kb.errors import UserError
 from runner.history import FINISHED_STATUSES, latest_decision_rows, parse_json
+from runner.patchpaths import ProtectedPath, check_commit, protected_paths
 
 if TYPE_CHECKING:
     import git
@@ -428,8 +429,9 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
     with `created=False`; a call interrupted after step 1 or 2 finds the commit on the branch (by its
     trailers) and the patch file (by its first line) instead of making them again.
 
-    Raises UserError when the experiment does not exist, has no patch, was not kept, or its patch no
-    longer applies onto the branch head (possible when two winners of one wave touch the same
+    Raises ProtectedPath (a UserError) when the commit would change a protected path, whatever the
+    patch's headers say; UserError when the experiment does not exist, has no patch, was not kept, or
+    its patch no longer applies onto the branch head (possible when two winners of one wave touch the same
     lines: the loop should then re-queue the later one against the new baseline). The branch only
     moves by compare-and-swap, so concurrent callers cannot lose each other's commit.
     """
@@ -475,6 +477,10 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
         details = source_details(db, chain.hypothesis["id"] if chain.hypothesis else None)
         message = _message(chain, start, sources, details, result)
         sha = gitrepo.commit_patch(repo, start, chain.patch["diff"], message, env=_commit_env(chain))
+        # The last gate before the run branch and patches/: what this commit really changes.
+        refused = check_commit(repo, start, sha, protected_paths(ws, ws.settings))
+        if refused:
+            raise ProtectedPath(f"experiment {experiment_id}: not committed, the patch {refused}")
         try:
             gitrepo.set_branch(repo, branch, sha, head)
             break

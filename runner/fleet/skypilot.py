@@ -723,12 +723,18 @@ class SkyPilotFleet(Fleet):
         if run is None or not run["baseline_commit"]:
             raise UserError(f"run {self.run_id}: no baseline commit to qualify clusters on")
         baseline = str(run["baseline_commit"])
-        prepare_workdir(self._repo(), tree, baseline, baseline, resolve_scripts(self.ws, self.settings))
+        from runner.patchpaths import protected_paths
+
+        scripts = resolve_scripts(self.ws, self.settings)
+        prepare_workdir(
+            self._repo(), tree, baseline, baseline, scripts, protected_paths(self.ws, self.settings)
+        )
         return tree
 
     def _envs(self, nonce: str) -> dict[str, Any]:
         """The qualification job's envs: what runner/loop.py gives a batch, the baseline twice."""
         from runner.prepare import A_DIR, B_DIR, resolve_scripts
+        from runner.sandbox import sandbox_envs
 
         s, opts = self.settings, self._run_options()
         scripts = resolve_scripts(self.ws, s)
@@ -749,6 +755,7 @@ class SkyPilotFleet(Fleet):
             "PAIRS": self.conf.qualify_pairs,
             "RUN_CHECKS": 0,
             "AUTORESEARCH_NONCE": nonce,
+            **sandbox_envs(self.ws),
         }
 
     def _run_options(self) -> dict[str, Any]:

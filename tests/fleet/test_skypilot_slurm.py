@@ -376,3 +376,58 @@ def test_a_noisy_cluster_is_downed_and_replaced(slurm_env: dict[str, str], tmp_p
     kinds = [e["kind"] for e in rows(db, "SELECT kind FROM events ORDER BY id")]
     assert kinds.count("worker_failed") == 2 and "worker_added" in kinds
     assert cluster_names(env, [w["name"] for w in workers]) == []
+
+
+def test_one_wave_of_tampering_candidates_and_an_honest_one(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The harness on SkyPilot clusters: the same template and harness as the local fleet, run as
+    the cluster's user (the login user, not root: a user namespace). One wave: the honest speedup
+    and candidates whose build rewrites the benchmark, forges markers with a nonce read from /proc,
+    and replaces the baseline's binary. Only the honest one is kept; every experiment records the
+    isolation the cluster gave it."""
+    from runner.hypotheses import add_hypothesis, add_patch
+    from tests.runner.attacks import RUNTIME, runtime_diff
+    from tests.runner.runner_target import make_diff
+
+    env = slurm_env
+    ws, target = make_workspace(
+        tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet={**sky_settings(env), "wave_size": 4}
+    )
+    attacks = ("rewrite_bench", "forge_proc", "baseline_tree")
+    db = ws.db()
+    ids: dict[str, int] = {}
+    for i, (name, diff) in enumerate(
+        [("honest", make_diff(target, "speedup"))] + [(n, runtime_diff(target, RUNTIME[n])) for n in attacks]
+    ):
+        hid = add_hypothesis(db, f"Candidate {name}", status="approved", priority=100 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, diff, author_kind="manual", author=f"{name}.patch")
+    try:
+        result = cli(env, ws, "run", "--skip-self-test", "--no-final", "--json", timeout=1800)
+    finally:
+        cleanup = cli(env, ws, "fleet", "down", "--all", "--json", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert cleanup.returncode == 0, cleanup.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "finished" and len(summary["experiments"]) == 4, summary
+    exps = {
+        name: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [pid]))
+        for name, pid in ids.items()
+    }
+    assert exps["honest"]["status"] == "kept", exps["honest"]
+    for name in attacks:
+        assert exps[name]["status"] in ("discarded", "inconclusive"), (name, exps[name])
+    isolation = {json.loads(e["meta"])["isolation"] for e in exps.values()}
+    assert isolation == {"userns+pid+mount"}, [json.loads(e["meta"]) for e in exps.values()]
+    logs = {
+        n: "".join(p.read_text() for p in Path(e["log_dir"]).glob("batch-*.log")) for n, e in exps.items()
+    }
+    assert "sandbox: userns+pid+mount" in logs["honest"]
+    assert "evil: autoresearch.sh is read-only" in logs["rewrite_bench"]
+    assert "evil: nonce=unknown log=unknown" in logs["forge_proc"]
+    assert "evil: the baseline tree is out of reach" in logs["baseline_tree"]
+    run = must(one(db, "SELECT * FROM runs"))
+    assert [w["experiment_id"] for w in summary["winners"]] == [exps["honest"]["id"]]
+    workers = rows(db, "SELECT * FROM workers WHERE run_id = ?", [run["id"]])
+    assert cluster_names(env, [w["name"] for w in workers]) == []

@@ -128,6 +128,13 @@ EDITS: dict[str, tuple[str, str, str, str]] = {
         "    return (p && atoi(p) % 2) ? 45 * n_iter : 0;\n",
         "Adaptive warm-up",
     ),
+    # Same work, a clock ten times faster: the binary times itself (README: Threat model).
+    "fake_clock": (
+        "prog.c",
+        'printf("throughput=%.4f\\n", 1.0 / (t1 - t0));',
+        'printf("throughput=%.4f\\n", 10.0 / (t1 - t0));',
+        "Count the throughput per batch of ten",
+    ),
     "inflate": (
         "autoresearch.sh",
         "s/^throughput=/METRIC throughput=/p",
@@ -225,11 +232,13 @@ def workspace_settings(**overrides: Any) -> dict[str, Any]:
     return extra
 
 
-def make_workspace(root: Path, bench: str = BENCH, **overrides: Any) -> tuple[Workspace, Path]:
+def make_workspace(
+    root: Path, bench: str = BENCH, iters: int = ITERS, **overrides: Any
+) -> tuple[Workspace, Path]:
     """A workspace on a fresh C target, with the fast test settings (plus `overrides` sections)."""
     from kb.init import TargetSpec, create_workspace
 
-    target = make_target(root / "target", bench=bench)
+    target = make_target(root / "target", iters=iters, bench=bench)
     ws = create_workspace(
         root / "ws", TargetSpec(location=str(target), extra=workspace_settings(**overrides))
     )

@@ -138,6 +138,26 @@ def test_a_patch_touching_a_protected_path_is_refused(tmp_path: Path) -> None:
     assert latest_patch(db, gap_h) is None
 
 
+@pytest.mark.parametrize("spelled", ["autoresearch.sh", "autoresearch\\056sh"])
+def test_a_quoted_header_edit_of_a_protected_path_is_refused(tmp_path: Path, spelled: str) -> None:
+    """The headers a model writes are not trusted: git reads `"a/autoresearch\\056sh"` as the
+    benchmark script, and so does the refusal."""
+    target, ws, gap_h = setup(tmp_path)
+    db = ws.db()
+    plain = diff_for(target, {"autoresearch.sh": "#!/bin/sh\necho METRIC throughput=1000\n"})
+    cheat = (
+        plain.replace(
+            "diff --git a/autoresearch.sh b/autoresearch.sh", f'diff --git "a/{spelled}" "b/{spelled}"'
+        )
+        .replace("--- a/autoresearch.sh", f'--- "a/{spelled}"')
+        .replace("+++ b/autoresearch.sh", f'+++ "b/{spelled}"')
+    )
+    assert "a/autoresearch.sh b/" not in cheat
+    outcome = write_patch(ws, db, client(ws, [answer(cheat)]), gap_h)
+    assert outcome.status == "unpatchable" and "touches autoresearch.sh" in outcome.reason
+    assert latest_patch(db, gap_h) is None
+
+
 def test_a_conflicting_fork_patch_is_rebased(tmp_path: Path) -> None:
     target, ws, _ = setup(tmp_path)
     db = ws.db()

@@ -53,6 +53,10 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
             f"  self-test {'passed' if passed else 'FAILED' if passed is False else '?'}: "
             f"noise floor ±{cell_pct(run.noise_floor).lstrip('+')}"
         )
+    exps = history.experiments(db, run.id)
+    isolation = history.isolation_summary(exps)
+    if isolation:
+        click.echo(f"  isolation {isolation}")
     click.echo("")
     wave_rows = history.waves(db, run.id)
     if wave_rows:
@@ -64,7 +68,6 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
             ],
         )
         click.echo("")
-    exps = history.experiments(db, run.id)
     echo_table(
         ["ID", "WAVE", "KIND", "STATUS", "VERDICT", "EFFECT", "CI", "PAIRS", "TITLE"],
         [

@@ -67,6 +67,14 @@ def add(
     if not title.strip():
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]
+    from runner.patchpaths import PatchUnreadable, workspace_check
+
+    try:
+        refused = workspace_check(ws, diff)
+    except PatchUnreadable as exc:
+        raise UserError(f"{patch_file}: not a unified diff git can read ({exc})") from None
+    if refused:
+        raise UserError(f"{patch_file}: refused: the patch {refused}")
     db = ws.db()
     with transaction(db):
         # Refs into the knowledge base become evidence links (the provenance chain).

@@ -1,0 +1,208 @@
+"""Whole runs with hostile candidates on the local fleet: real builds, real processes, real git.
+
+Each wave holds candidates whose build runs hostile code (tests/runner/attacks.py: rewrite the
+benchmark, forge markers with a nonce read from /proc, write the database and the logs, replace
+the baseline's binary, leave a daemon behind, edit the runner's own code) and one honest speedup.
+The first look is the only look (min_pairs = batch_pairs = max_pairs = 16), as in the reported
++999999900% keep. With the sandbox none of them is kept and the honest patch is; without it
+(sandbox.mode = off) the hash checks and the marker checks refuse them and name why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import runner.stats
+from kb import gitrepo
+from kb.db import one, rows
+from kb.workspace import Workspace
+from runner.loop import RunOptions, start_run
+from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
+from tests.runner.runner_target import ITERS, live_processes_under, make_diff, make_workspace, must
+
+ONE_LOOK = {"min_pairs": 16, "batch_pairs": 16, "max_pairs": 16, "min_effect": 0.05}
+IS_ROOT = os.geteuid() == 0
+RUNNER_FILE = Path(runner.stats.__file__)
+
+
+def run_wave(
+    tmp_path: Path, attacks: dict[str, str], **overrides: Any
+) -> tuple[Workspace, dict[str, dict[str, Any]], list[str]]:
+    """One wave: the honest speedup and the attacks; name -> experiment row."""
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    ws, target = make_workspace(
+        tmp_path, policy=ONE_LOOK, fleet={"wave_size": 16, **overrides.pop("fleet", {})}, **overrides
+    )
+    db = ws.db()
+    ids: dict[str, int] = {}
+    for i, (name, diff) in enumerate(
+        [("honest", make_diff(target, "speedup"))]
+        + [(n, runtime_diff(target, script)) for n, script in attacks.items()]
+    ):
+        hid = add_hypothesis(db, f"Candidate {name}", status="approved", priority=100 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, diff, author_kind="manual", author=f"{name}.patch")
+    lines: list[str] = []
+    summary = start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    assert summary.status == "finished", lines
+    exps = {
+        name: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [pid]))
+        for name, pid in ids.items()
+    }
+    return ws, exps, lines
+
+
+def log_of(exp: dict[str, Any]) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted(Path(exp["log_dir"]).glob("batch-*.log")))
+
+
+def assert_branch_carries_only_the_honest_change(ws: Workspace) -> None:
+    db = ws.db()
+    run = must(one(db, "SELECT * FROM runs ORDER BY id DESC LIMIT 1"))
+    repo = gitrepo.open_repo(ws.mirror_path)
+    changed = gitrepo.diff_trees(repo, run["baseline_commit"], f"refs/heads/{run['branch']}")
+    assert [c.path for c in changed] == ["prog.c"]
+    exported = sorted(ws.patches_dir.glob("*.patch"))
+    assert [gitrepo.patch_names(p.read_text()) for p in exported] == [["prog.c"]]
+
+
+def cli(ws: Workspace, *args: str) -> str:
+    from click.testing import CliRunner
+
+    from tui.cli import main
+
+    result = CliRunner().invoke(main, ["--workspace", str(ws.root), *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def wait_until_gone(root: Path, seconds: float = 20) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := live_processes_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root (the userns one is tested alike)")
+@pytest.mark.parametrize(("method", "isolation"), [("auto", "uid+pid+mount"), ("userns", "userns+pid+mount")])
+def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
+    tmp_path: Path, method: str, isolation: str
+) -> None:
+    before = hashlib.sha256(RUNNER_FILE.read_bytes()).hexdigest()
+    attacks = {**RUNTIME, "runner_code": runner_code_attack(RUNNER_FILE)}
+    ws, exps, lines = run_wave(tmp_path, attacks, sandbox={"method": method})
+    assert exps["honest"]["status"] == "kept", lines
+    for name in attacks:
+        assert exps[name]["status"] in ("discarded", "inconclusive"), (name, exps[name], lines)
+    for name, exp in exps.items():
+        assert json.loads(exp["meta"])["isolation"] == isolation, name
+    logs = {name: log_of(exp) for name, exp in exps.items()}
+    assert "evil: autoresearch.sh is read-only" in logs["rewrite_bench"]
+    assert "evil: nonce=unknown log=unknown" in logs["forge_proc"]
+    assert "evil: no database" in logs["workspace"] and "evil: wrote" not in logs["workspace"]
+    assert "evil: the baseline tree is out of reach" in logs["baseline_tree"]
+    assert "evil: the runner is out of reach" in logs["runner_code"]
+    # The forged lines reached the log escaped, as warnings, never as samples.
+    db = ws.db()
+    forged = rows(
+        db,
+        "SELECT * FROM events WHERE kind = 'forged_marker' AND experiment_id = ?",
+        [exps["forge_proc"]["id"]],
+    )
+    assert len(forged) == 80 * 2 * 2  # BEGIN and END of both sides of 80 pairs
+    pairs = must(
+        one(db, "SELECT max(pair) AS top FROM samples WHERE experiment_id = ?", [exps["forge_proc"]["id"]])
+    )
+    assert pairs["top"] == 15
+    assert not rows(db, "SELECT id FROM hypotheses WHERE title = 'pwned'")
+    assert hashlib.sha256(RUNNER_FILE.read_bytes()).hexdigest() == before
+    assert wait_until_gone(ws.root) == []  # the daemon died with its build step
+    assert_branch_carries_only_the_honest_change(ws)
+    # The isolation is on the record: history and the report say it.
+    name = str(must(one(db, "SELECT name FROM runs"))["name"])
+    shown = cli(ws, "history", "--run", name)
+    assert f"  isolation {isolation} ({len(exps)})" in shown, shown
+    report = ws.root / "report.md"
+    cli(ws, "report", name, "--format", "md", "--output", str(report))
+    assert (
+        f"Isolation of the build, benchmark and checks steps: {isolation} ({len(exps)})."
+        in report.read_text()
+    )
+
+
+@pytest.mark.slow
+def test_without_a_sandbox_tampering_and_forgery_are_refused_and_named(tmp_path: Path) -> None:
+    attacks = {name: RUNTIME[name] for name in ("rewrite_bench", "forge_proc", "baseline_tree", "daemon")}
+    ws, exps, lines = run_wave(tmp_path, attacks, sandbox={"mode": "off"}, fleet={"parallel": 1})
+    try:
+        assert exps["honest"]["status"] == "kept", lines
+        reasons = {name: (exps[name]["status"], exps[name]["reason"]) for name in attacks}
+        assert reasons["rewrite_bench"] == ("refused", "tampered: autoresearch.sh changed during build-B")
+        assert reasons["baseline_tree"] == ("refused", "tampered: prog changed during build-B (in tree A)")
+        status, reason = reasons["forge_proc"]
+        assert status == "refused" and reason.startswith("forged: log line "), reasons
+        assert "evil: forged into the log" in log_of(exps["forge_proc"])  # the forgery did reach the log
+        status, reason = reasons["daemon"]  # caught after the first step of B that followed its change
+        assert status == "refused" and reason.startswith("tampered: prog changed during "), reasons
+        assert reason.endswith("(in tree A)"), reason
+        for name, exp in exps.items():
+            meta = json.loads(exp["meta"])
+            assert meta["isolation"] == "none" and meta["isolation_detail"] == "sandbox.mode = off", name
+        db = ws.db()
+        # The forged experiment keeps no sample and no decision: nothing of it can be judged again.
+        forged = exps["forge_proc"]["id"]
+        assert not rows(db, "SELECT id FROM samples WHERE experiment_id = ?", [forged])
+        assert not rows(db, "SELECT id FROM decisions WHERE experiment_id = ?", [forged])
+        assert_branch_carries_only_the_honest_change(ws)
+    finally:
+        wait_until_gone(ws.root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guard", [False, True])
+def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, guard: bool) -> None:
+    """The benchmarked binary is the candidate's and times itself: one that reports ten times its
+    speed is kept (the limit the README's threat model names), unless the benchmark runs fixed work
+    and `metric.wall_clock_guard` asks the harness's own clock to confirm the win."""
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    # Four times the usual work, so that the harness's own cost per invocation (a few ms, more on a
+    # loaded machine) does not hide the honest speedup from the wall clock.
+    ws, target = make_workspace(
+        tmp_path, iters=4 * ITERS, policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"wall_clock_guard": guard}
+    )
+    db = ws.db()
+    ids = {}
+    for i, name in enumerate(["speedup", "fake_clock"]):
+        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, make_diff(target, name), author_kind="manual")
+    lines: list[str] = []
+    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    assert exps["speedup"]["status"] == "kept", lines
+    fake = exps["fake_clock"]
+    decision = must(one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [fake["id"]]))
+    wall = json.loads(decision["metrics"])["harness.wall_s"]
+    # The harness's clock, recorded next to the decision: the fake one ran no faster.
+    assert wall["pairs"] == 16 and 0.75 < wall["ratio"] < 1.35, wall
+    honest = must(
+        one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
+    )
+    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.6
+    if guard:
+        assert fake["status"] == "inconclusive", lines
+        assert decision["reason"].startswith("the harness's wall clock does not confirm it"), decision[
+            "reason"
+        ]
+    else:
+        assert fake["status"] == "kept", lines
