@@ -1,7 +1,7 @@
 """Import speed: a pi-autoresearch log of N run lines (with hook lines) into a fresh database.
 
 Run: .venv/bin/python benchmarks/bench_import.py [--lines N]
-Prints the wall time of `runner.importer.import_log` and lines per second.
+Prints the wall time of `runner.record.importer.import_log` and lines per second.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from kb.db import connect
-from runner.importer import import_log
+from runner.record.importer import import_log
 
 
 def write_log(path: Path, lines: int, seed: int = 1) -> None:

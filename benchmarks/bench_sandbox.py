@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kb import gitrepo  # noqa: E402
-from runner.patchpaths import protected_paths  # noqa: E402
-from runner.prepare import prepare_workdir, resolve_scripts  # noqa: E402
-from runner.sandbox import sandbox_envs  # noqa: E402
+from runner.harness.patchpaths import protected_paths  # noqa: E402
+from runner.harness.prepare import prepare_workdir, resolve_scripts  # noqa: E402
+from runner.harness.sandbox import sandbox_envs  # noqa: E402
 from tests.runner.runner_target import make_workspace  # noqa: E402
 
 SCRIPT = r"""

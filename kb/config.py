@@ -141,7 +141,7 @@ class FleetSettings(_Section):
     wave_size: int = Field(0, ge=0)
     """Experiments per wave (0: as many as `parallel`). Every wave re-measures the current baseline."""
     template: str = ""
-    """Experiment task template (a SkyPilot task YAML); empty: the packaged runner/experiment.yaml.
+    """Experiment task template (a SkyPilot task YAML); empty: the packaged runner/harness/experiment.yaml.
     A relative path is read from the workspace. Patches may never touch it."""
     skypilot: SkyPilotSettings = Field(default_factory=SkyPilotSettings)
     """SkyPilot clusters (`fleet.backend = "skypilot"`)."""

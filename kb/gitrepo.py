@@ -169,7 +169,7 @@ def parse_trailers(message: str) -> list[tuple[str, str]]:
     return found
 
 
-# --- what a patch touches, as git applies it (runner/patchpaths.py holds the policy) -------------
+# --- what a patch touches, as git applies it (runner/harness/patchpaths.py holds the policy) -------------
 
 
 @dataclass(frozen=True)

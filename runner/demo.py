@@ -11,11 +11,12 @@ The CLI and the tests share this function. Each stage calls the library the matc
 2. papers     - the articles ingested (kb.papers), as `kb add-paper` does;
 3. fork       - the fork's commits recorded (kb.forks), as `kb add-fork`;
 4. inventory  - the backend fusion inventory scanned and stored (kb.inventory), as `kb inventory`;
-5. hypotheses - mined from the gaps and the fork commits (runner.miners); with a model, also
-                generated from the KB and patched through the LLM (runner.research, runner.patch_writer);
+5. hypotheses - mined from the gaps and the fork commits (runner.research.miners); with a model, also
+                generated from the KB and patched through the LLM (runner.research.generate,
+                runner.research.patch_writer);
 6. run        - the self-test, waves (each ending with its post-mortem stored as a KB note), winners
-                committed, stack and ablation (runner.loop), as `run`;
-7. report     - Markdown and HTML (runner.report), as `report`.
+                committed, stack and ablation (runner.measure.loop), as `run`;
+7. report     - Markdown and HTML (runner.record.report), as `report`.
 
 The demo's policy is sized for the demo's effects, not for llama.cpp: the real changes move the
 throughput by 20-35% and the benchmark's noise is 2-5% per pair (CPU time; three samples per
@@ -339,10 +340,11 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
         mined = _mine(ws, db, say)
         llm = _generate(ws, db, options, say) if options.model else None
 
-    from runner.loop import RunOptions, run_summary, start_run
+    from runner.autopilot import start
+    from runner.measure.loop import RunOptions, run_summary
 
     with stages.stage("run", "6/7 run: self-test, then waves of experiments on the local fleet"):
-        runner = start_run(
+        runner = start(
             ws,
             RunOptions(
                 parallel=options.parallel,
@@ -356,7 +358,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     run_id = summary.run_id
 
     with stages.stage("report", "7/7 report"):
-        from runner.report import write_report
+        from runner.record.report import write_report
 
         md = write_report(ws, db, run_id, fmt="md")
         html = write_report(ws, db, run_id, fmt="html")
@@ -505,7 +507,7 @@ def _inventory(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> l
 
 
 def _mine(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> dict[str, Any]:
-    from runner.miners import mine
+    from runner.research.miners import mine
 
     # A fork commit that edits the benchmark is queued too, so the runner refuses it on the record.
     report = mine(ws, db, queue_protected=True)
@@ -525,8 +527,8 @@ def _generate(
     """With --model: hypotheses from the KB, then patches for every hypothesis that has none.
     Model trouble is reported and the demo goes on with what it has."""
     from runner.llm import LLMError, client_for
-    from runner.patch_writer import write_patches
-    from runner.research import generate
+    from runner.research.generate import generate
+    from runner.research.patch_writer import write_patches
 
     out: dict[str, Any] = {"model": options.model, "error": None}
     try:
@@ -558,7 +560,7 @@ def _generate(
 
 def _outcomes(db: sqlite_utils.Database, summary: dict[str, Any]) -> tuple[list[Outcome], list[Outcome]]:
     from kb.db import one
-    from runner.winners import source_details, source_refs
+    from runner.record.winners import source_details, source_refs
 
     winners = {w["experiment_id"]: w for w in summary["winners"]}
     kept: list[Outcome] = []
@@ -623,7 +625,7 @@ def _reading(db: sqlite_utils.Database, title: str) -> list[str]:
 def _waiting(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Hypotheses that never reached an experiment, with why."""
     from kb.db import rows
-    from runner.winners import source_refs
+    from runner.record.winners import source_refs
 
     found = rows(
         db,
@@ -660,7 +662,7 @@ def _bottlenecks(
     db: sqlite_utils.Database, summary: dict[str, Any], primary: str
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Memory- or compute-bound: the original baseline (self-test) and the stacked winners."""
-    from runner.research import analyze_bottleneck
+    from runner.research.generate import analyze_bottleneck
 
     before = after = None
     exps = summary["experiments"]

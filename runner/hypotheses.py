@@ -58,7 +58,7 @@ def diff_files(diff: str) -> list[str]:
 
     Text git cannot read as a patch (a model's diff with miscounted hunks, before recount) falls back
     to the names its headers give: for display and shape checks only, since such a patch never
-    applies. What the runner refuses is decided by runner/patchpaths.py, from git alone."""
+    applies. What the runner refuses is decided by runner/harness/patchpaths.py, from git alone."""
     from kb import gitrepo
 
     try:

@@ -27,14 +27,14 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from kb.search import Evidence, SearchHit
-    from runner.history import DecisionInfo, ExperimentInfo, RunInfo, Sample, WaveInfo
-    from runner.redecide import RedecideResult
+    from runner.record.history import DecisionInfo, ExperimentInfo, RunInfo, Sample, WaveInfo
+    from runner.record.redecide import RedecideResult
 
 T = TypeVar("T")
 
 DB_NAME = "autoresearch.db"  # kb.db.DB_NAME (a test checks they agree)
 PAGE_SIZE = 200
-#: A runner whose heartbeat is older than this is not driving its run any more (runner/loop.py).
+#: A runner whose heartbeat is older than this is not driving its run any more (runner/measure/loop.py).
 STALE_HEARTBEAT = 30.0
 LIVE_RUN_STATUSES = ("running", "paused")
 LIVE_EXPERIMENT_STATUSES = ("queued", "running")
@@ -637,7 +637,7 @@ def hypotheses(
 
 
 def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetail:
-    from runner import history
+    from runner.record import history
 
     r = one(db, _HYP_SQL + " WHERE h.id = ?", [hypothesis_id])
     if r is None:
@@ -1063,13 +1063,13 @@ class MetricSeries:
 
 
 def runs(db: sqlite_utils.Database) -> list[RunInfo]:
-    from runner import history
+    from runner.record import history
 
     return list(reversed(history.runs(db)))
 
 
 def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
-    from runner import history
+    from runner.record import history
 
     return history.waves(db, run_id)
 
@@ -1077,8 +1077,8 @@ def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
 def run_experiments(
     db: sqlite_utils.Database, run_id: int, offset: int = 0, limit: int = PAGE_SIZE
 ) -> Page[ExperimentRow]:
-    """A page of a run's experiments with the runner's decision (runner.history, paged)."""
-    from runner import history
+    """A page of a run's experiments with the runner's decision (runner.record.history, paged)."""
+    from runner.record import history
 
     total = history.experiment_count(db, run_id)
     offset = clamp_offset(offset, total, limit)
@@ -1163,13 +1163,13 @@ class ExperimentDetail:
     patch: PatchInfo | None
 
     def paired(self, metric: str) -> tuple[list[float], list[float]]:
-        from runner.history import paired_values
+        from runner.record.history import paired_values
 
         return paired_values(self.samples, metric)
 
 
 def experiment_detail(db: sqlite_utils.Database, experiment_id: int) -> ExperimentDetail:
-    from runner import history
+    from runner.record import history
 
     info = history.experiment(db, experiment_id)
     patch = None
@@ -1194,8 +1194,8 @@ def redecide(
     save: bool = False,
     fallback_policy: dict[str, Any] | None = None,
 ) -> RedecideResult:
-    """Re-judge a run's decided experiments under another policy (runner.redecide)."""
-    from runner.redecide import redecide as run_redecide
+    """Re-judge a run's decided experiments under another policy (runner.record.redecide)."""
+    from runner.record.redecide import redecide as run_redecide
 
     if min_effect is not None and not 0 <= min_effect < 1:
         raise UserError(f"min effect {min_effect}: must be a fraction in [0, 1), e.g. 0.01 for 1%")

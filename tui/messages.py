@@ -13,8 +13,8 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from kb.search import Evidence, SearchHit
-    from runner.history import RunInfo, WaveInfo
-    from runner.redecide import RedecideResult
+    from runner.record.history import RunInfo, WaveInfo
+    from runner.record.redecide import RedecideResult
     from tui.data import (
         CommitDetail,
         ExperimentDetail,

@@ -52,7 +52,7 @@ import sqlite_utils
 
 from kb.db import insert, now, one, rows, update
 from kb.workspace import Workspace
-from runner.template import RenderedTask
+from runner.harness.template import RenderedTask
 
 JobState = Literal["pending", "running", "succeeded", "failed", "cancelled", "lost"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "lost"})

@@ -66,7 +66,7 @@ from kb.db import log_event, now, one, rows, update
 from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.fleet.base import Fleet, JobRef, JobSpec, JobState, JobStatus, Worker, _meta
-from runner.template import RenderedTask
+from runner.harness.template import RenderedTask
 
 if TYPE_CHECKING:
     import git
@@ -82,11 +82,11 @@ CHECK_ERRORS = 4
 """Job status checks failing in a row (the cluster still says UP) before the job counts as lost."""
 DOWN_WAIT_SECONDS = 900.0
 RUN_STALE_SECONDS = 30.0
-"""A `running` run whose heartbeat is older than this has no runner (runner/loop.py's limit)."""
+"""A `running` run whose heartbeat is older than this has no runner (runner/measure/loop.py's limit)."""
 QUALIFY_MARGIN_SECONDS = 600
 GONE = "the cluster is gone (not UP when SkyPilot asked the infra: preempted, or its allocation ended)"
 MANIFEST = ".autoresearch-manifest"
-DEFAULT_ORIGIN = "runner/experiment.yaml"
+DEFAULT_ORIGIN = "runner/harness/experiment.yaml"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _JOB_STATES: dict[str, JobState] = {
     "INIT": "pending",
@@ -237,7 +237,7 @@ def write_manifest(tree: Path) -> int:
 def qualification_noise(log: bytes, nonce: str, metric: str) -> tuple[float | None, str]:
     """The A/A noise of a qualification job's log: (noise, "") or (None, why it has none)."""
     from runner import stats
-    from runner.protocol import LogParser
+    from runner.harness.protocol import LogParser
 
     parser = LogParser(nonce)
     parser.feed(log)
@@ -341,8 +341,8 @@ class SkyPilotFleet(Fleet):
     @classmethod
     def preflight(cls, ws: Workspace) -> None:
         """The resources and the template, rendered and validated by SkyPilot, before any launch."""
-        from runner.prepare import template_path
-        from runner.template import load_template, render
+        from runner.harness.prepare import template_path
+        from runner.harness.template import load_template, render
 
         settings = ws.settings
         check_resources(settings.fleet.skypilot)
@@ -379,7 +379,7 @@ class SkyPilotFleet(Fleet):
         self._costs()
         self._reconcile_costs()
         if self.qualify_dir.exists():
-            from runner.prepare import remove_workdir
+            from runner.harness.prepare import remove_workdir
 
             remove_workdir(self._repo(), self.qualify_dir)
         self._closed = True
@@ -625,7 +625,7 @@ class SkyPilotFleet(Fleet):
         self._event("worker_launched", f"{worker.name}: up ({launched}); A/A qualification running")
 
     def _launch(self, worker: Worker) -> None:
-        from runner.template import render
+        from runner.harness.template import render
 
         tree = self._qualify_tree()
         nonce = secrets.token_hex(8)
@@ -714,7 +714,7 @@ class SkyPilotFleet(Fleet):
         return 2 * (build + 5) + self.conf.qualify_pairs * 2 * (bench + 5) + QUALIFY_MARGIN_SECONDS
 
     def _qualify_tree(self) -> Path:
-        from runner.prepare import A_DIR, B_DIR, prepare_workdir, resolve_scripts
+        from runner.harness.prepare import A_DIR, B_DIR, prepare_workdir, resolve_scripts
 
         tree = self.qualify_dir
         if (tree / A_DIR).is_dir() and (tree / B_DIR).is_dir():
@@ -723,7 +723,7 @@ class SkyPilotFleet(Fleet):
         if run is None or not run["baseline_commit"]:
             raise UserError(f"run {self.run_id}: no baseline commit to qualify clusters on")
         baseline = str(run["baseline_commit"])
-        from runner.patchpaths import protected_paths
+        from runner.harness.patchpaths import protected_paths
 
         scripts = resolve_scripts(self.ws, self.settings)
         prepare_workdir(
@@ -732,9 +732,9 @@ class SkyPilotFleet(Fleet):
         return tree
 
     def _envs(self, nonce: str) -> dict[str, Any]:
-        """The qualification job's envs: what runner/loop.py gives a batch, the baseline twice."""
-        from runner.prepare import A_DIR, B_DIR, resolve_scripts
-        from runner.sandbox import sandbox_envs
+        """The qualification job's envs: what runner/measure/loop.py gives a batch, the baseline twice."""
+        from runner.harness.prepare import A_DIR, B_DIR, resolve_scripts
+        from runner.harness.sandbox import sandbox_envs
 
         s, opts = self.settings, self._run_options()
         scripts = resolve_scripts(self.ws, s)
@@ -763,13 +763,13 @@ class SkyPilotFleet(Fleet):
         return _meta(run["options"] if run else None)
 
     def _template(self) -> dict[str, Any]:
-        from runner.prepare import template_path
-        from runner.template import load_template
+        from runner.harness.prepare import template_path
+        from runner.harness.template import load_template
 
         return load_template(template_path(self.ws, self.settings))
 
     def _origin(self) -> str:
-        from runner.prepare import template_path
+        from runner.harness.prepare import template_path
 
         return str(template_path(self.ws, self.settings) or DEFAULT_ORIGIN)
 

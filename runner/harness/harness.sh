@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The autoresearch experiment harness, sourced by the run script of runner/experiment.yaml.
+# The autoresearch experiment harness, sourced by the run script of runner/harness/experiment.yaml.
 #
 # The runner writes this folder (.autoresearch-harness/ in the experiment's workdir, the run's own
 # copy) next to the trees: this file, ar-sandbox.c, the benchmark and checks scripts (files/), the

@@ -88,7 +88,7 @@ def test_queue_add_cites_a_paper_by_id_url_or_file_address(
     linked, refs = _queued(ws, cli(ws, "queue", "add", str(patch), "-t", "web", "--source", url, "--json"))
     assert linked == [first_passage(web["id"])] and refs == [url]
     # The provenance walk from the paper finds the hand-written hypotheses.
-    from runner.winners import led_to
+    from runner.record.winners import led_to
 
     walked = led_to(ws.db(), source_id=int(str(paper["id"])))
     assert len(walked["hypotheses"]) == 2

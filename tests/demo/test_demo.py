@@ -26,7 +26,7 @@ from kb.db import connect, one, rows
 from kb.errors import UserError
 from kb.search import search
 from runner.demo import FORK_NAME, DemoOptions, load_build_repos, prepare_folder, run_demo, summary_lines
-from runner.winners import provenance
+from runner.record.winners import provenance
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 300  # the contract: the whole demo in under 5 minutes on 2 cores

@@ -1,5 +1,5 @@
 """The SkyPilot backend's offline half, with the real `sky` package: tasks rendered from
-runner/experiment.yaml and validated by SkyPilot, clear errors before anything launches, the
+runner/harness/experiment.yaml and validated by SkyPilot, clear errors before anything launches, the
 workdir sync prelude run for real in bash, and the A/A qualification read from a job log."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from runner.fleet.skypilot import (
     tree_id,
     write_manifest,
 )
-from runner.template import load_template, render
+from runner.harness.template import load_template, render
 from tests.runner.runner_target import make_workspace, must
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ SKY_FLEET = {
 
 
 def loop_envs(**overrides: Any) -> dict[str, Any]:
-    """The envs runner/loop.py gives a batch (values of every type the loop passes)."""
+    """The envs runner/measure/loop.py gives a batch (values of every type the loop passes)."""
     envs: dict[str, Any] = {
         "EXPERIMENT_ID": 12,
         "EXPERIMENT_DESC": 'Fuse "RMS_NORM + MUL" (it\'s $cheap)',
@@ -76,7 +76,7 @@ def test_the_packaged_template_renders_to_a_valid_sky_task(tmp_path: Path) -> No
             "accelerators": "",
         },
     )
-    task = sky_task(for_cluster(rendered), "runner/experiment.yaml")
+    task = sky_task(for_cluster(rendered), "runner/harness/experiment.yaml")
     assert isinstance(task, sky.Task)
     task.validate()  # again, as SkyPilot's own client does before a launch
     assert task.name == "ar-run_1-e12-b1"
@@ -145,7 +145,7 @@ def test_a_malformed_template_fails_the_preflight_and_no_run_is_written(
     import yaml
 
     from runner.fleet import preflight
-    from runner.loop import RunOptions, start_run
+    from runner.measure.loop import RunOptions, start_run
 
     ws, _ = make_workspace(tmp_path, fleet={**SKY_FLEET, "template": "task.yaml"})
     template = {**load_template(), **change}

@@ -199,7 +199,7 @@ def test_an_invalid_draft_is_sent_back_and_the_corrected_one_used(tmp_path: Path
 
 
 def test_harness_paths_are_what_the_commands_name_in_the_tree() -> None:
-    from runner.scaffold import harness_paths
+    from runner.harness.scaffold import harness_paths
 
     tree = ["bench/run_bench.c", "tests/test_xxh32.py", "setup.py", "scripts/bench.sh", "src/lib.c"]
     found = harness_paths(

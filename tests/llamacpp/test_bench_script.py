@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.protocol import Metric, parse_metric_line
+from runner.harness.protocol import Metric, parse_metric_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "llama_bench"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.protocol import Metric, parse_metric_line
+from runner.harness.protocol import Metric, parse_metric_line
 from tests.llamacpp.recipe_support import OPT_IN, build_clone, init_recipe, recipe_env
 
 pytestmark = [pytest.mark.llamacpp, OPT_IN]

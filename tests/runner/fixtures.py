@@ -4,7 +4,7 @@
 mirror), a knowledge base (a paper passage, a fork commit, a backend fusion gap), hypotheses with
 real patches, and a run of two waves holding an experiment of every status, with samples generated
 from a seeded noise model, decisions taken by runner/stats exactly as a sequential runner takes
-them (runner.redecide.replay_wave), and its winners committed by runner.winners.commit_winner on
+them (runner.record.redecide.replay_wave), and its winners committed by runner.record.winners.commit_winner on
 the run branch. Same arguments, same database: timestamps, sample values and commit shas are fixed.
 
     h = build_history(tmp_path)                  # a finished run "r1"
@@ -19,7 +19,7 @@ wave 2: quant (kept, winner; from a fork commit), stale (crashed: does_not_apply
 (cancelled), lost (lost), retry (retry_of lost: discarded; `queued` when live); finished runs add
 stack and ablation_fuse / ablation_quant (kinds stack, ablation) and `runs.summary`.
 
-Rows follow runner/loop.py's formats: runs.policy is the stats Policy plus `metric`; the passed
+Rows follow runner/measure/loop.py's formats: runs.policy is the stats Policy plus `metric`; the passed
 self-test is an `inconclusive` experiment of kind self_test with `meta.self_test`, and
 runs.self_test / noise_floor; an ablation measures the full stack (candidate) against the stack
 without one winner (baseline, a real commit), `meta.left_out` naming that winner's experiment;
@@ -48,7 +48,7 @@ import sqlite_utils
 
 from kb.db import insert, log_event, transaction, update
 from kb.workspace import Workspace
-from runner.winners import WinnerRecord
+from runner.record.winners import WinnerRecord
 
 if TYPE_CHECKING:
     from runner.stats import Decision
@@ -58,7 +58,7 @@ METRIC = "tg"
 SECONDARY = "pp"
 BASE_TG = 41.4
 BASE_PP = 241.0
-# As runner/loop.py stores it: the stats Policy's fields plus the primary metric.
+# As runner/measure/loop.py stores it: the stats Policy's fields plus the primary metric.
 POLICY: dict[str, Any] = {
     "metric": METRIC,
     "direction": "higher",
@@ -519,7 +519,7 @@ def _decide_wave(
 ) -> dict[str, tuple[float, int]]:
     """Replay the runner's looks on generated pairs, store samples and one decision per look.
     Returns each experiment's (end time, pairs). The live experiment keeps only its first look."""
-    from runner.redecide import replay_wave
+    from runner.record.redecide import replay_wave
     from runner.stats import Policy
 
     policy = Policy(**{k: v for k, v in POLICY.items() if k != "metric"})
@@ -663,8 +663,8 @@ def add_run(
 ) -> HistoryFixture:
     """Fill one run into the workspace (see the module docstring); returns its ids by label."""
     from kb import gitrepo
+    from runner.record.winners import commit_winner
     from runner.stats import self_test
-    from runner.winners import commit_winner
 
     target = target or Path(ws.settings.target.path)
     db = ws.db()
@@ -935,7 +935,7 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
         ("ablation_fuse", "ablation", 0.055, f"ablation: without {TITLES['fuse']}", "fuse"),
         ("ablation_quant", "ablation", 0.04, f"ablation: without {TITLES['quant']}", "quant"),
     ]
-    # runs.summary as runner/loop.py writes it.
+    # runs.summary as runner/measure/loop.py writes it.
     summary: dict[str, Any] = {"stack": None, "ablation": []}
     # The stack without each winner: the other winner's patch alone on the baseline (real commits).
     without: dict[str, str] = {}

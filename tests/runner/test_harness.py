@@ -1,7 +1,7 @@
 """The harness on real trees and real processes: what a step can see, reach and leave behind.
 
 Each test prepares a real experiment workdir (git worktrees of the mirror, the harness folder the
-runner writes) and runs a small run script that sources the harness, like runner/experiment.yaml's,
+runner writes) and runs a small run script that sources the harness, like runner/harness/experiment.yaml's,
 with hostile step commands; the log it prints is parsed by the runner's own LogParser."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 
 from kb import gitrepo
 from kb.workspace import Workspace
-from runner.patchpaths import protected_paths
-from runner.prepare import prepare_workdir, resolve_scripts
-from runner.protocol import LogParser
-from runner.sandbox import HARNESS_DIR, sandbox_envs
+from runner.harness.patchpaths import protected_paths
+from runner.harness.prepare import prepare_workdir, resolve_scripts
+from runner.harness.protocol import LogParser
+from runner.harness.sandbox import HARNESS_DIR, sandbox_envs
 from tests.runner.runner_target import make_workspace
 
 NONCE = "feedc0ffee123456"

@@ -12,8 +12,8 @@ import pytest
 from kb.db import connect, insert, one, rows, transaction
 from kb.errors import UserError
 from kb.migrations import migrate
-from runner import history
-from runner.redecide import redecide, replay_wave
+from runner.record import history
+from runner.record.redecide import redecide, replay_wave
 from runner.stats import Policy
 from tests.runner.fixtures import (
     BLOG_URL,

@@ -11,9 +11,9 @@ import sqlite_utils
 
 from kb.db import connect, one, rows
 from kb.errors import UserError
-from runner import history
-from runner.importer import import_jsonl
-from runner.redecide import redecide
+from runner.record import history
+from runner.record.importer import import_jsonl
+from runner.record.redecide import redecide
 
 # The reference log of the issue (pi-autoresearch format), copied next to this test.
 SAMPLE = Path(__file__).with_name("autoresearch.sample.jsonl")

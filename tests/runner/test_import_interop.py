@@ -20,11 +20,11 @@ from click.testing import CliRunner, Result
 from kb.db import one, rows
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import history
-from runner.importer import TITLE_MAX, ImportResult, import_log
-from runner.logformats import pi_confidence
-from runner.redecide import redecide
-from runner.report import write_report
+from runner.record import history
+from runner.record.importer import TITLE_MAX, ImportResult, import_log
+from runner.record.logformats import pi_confidence
+from runner.record.redecide import redecide
+from runner.record.report import write_report
 from tests.runner.fixtures import make_workspace
 from tui.cli import main
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.protocol import Metric, Rejected, parse_metric_line, plain_number
+from runner.harness.protocol import Metric, Rejected, parse_metric_line, plain_number
 
 NOT_ASCII = [
     "\u0661\u0662",  # Arabic-Indic 12

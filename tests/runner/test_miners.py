@@ -11,8 +11,8 @@ import pytest
 from kb import gitrepo
 from kb.db import one, rows, update
 from runner.demo import DEMO_INVENTORY
-from runner.miners import claimed_effect, mine
-from runner.priority import priority
+from runner.research.miners import claimed_effect, mine
+from runner.research.priority import priority
 from tests.runner.research_support import make_target, make_workspace, seed_kb
 
 

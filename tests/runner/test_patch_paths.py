@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from kb import gitrepo
 from kb.db import insert, one, rows, transaction, update
 from kb.workspace import Workspace
-from runner import patchpaths
-from runner.loop import RunOptions, start_run
+from runner.harness import patchpaths
+from runner.measure.loop import RunOptions, start_run
 from tests.runner.attacks import attack_diffs
 from tests.runner.runner_target import make_diff, make_workspace, must
 
@@ -165,7 +165,7 @@ def test_the_runner_refuses_what_reaches_it_and_keeps_the_honest_patch(tmp_path:
             "decisions",
             {**{k: v for k, v in decision.items() if k != "id"}, "experiment_id": attack["id"]},
         )
-    from runner.winners import commit_winner
+    from runner.record.winners import commit_winner
 
     head = gitrepo.branch_head(repo, run["branch"])
     with pytest.raises(patchpaths.ProtectedPath, match="autoresearch.sh"):

@@ -12,8 +12,8 @@ from kb.db import one, rows
 from kb.workspace import Workspace
 from runner.hypotheses import latest_patch, set_status
 from runner.llm import LLMClient, LLMConfig
-from runner.miners import mine
-from runner.patch_writer import pending, recount, write_patch, write_patches
+from runner.research.miners import mine
+from runner.research.patch_writer import pending, recount, write_patch, write_patches
 from tests.runner.research_support import Target, git, make_target, make_workspace, seed_kb
 
 FUSED = """
@@ -244,7 +244,7 @@ def test_recount(given: str, expected: str) -> None:
 
 
 def test_big_files_are_cut_to_their_most_telling_lines() -> None:
-    from runner.patch_writer import MAX_FILE_CHARS, _excerpt
+    from runner.research.patch_writer import MAX_FILE_CHARS, _excerpt
 
     lines = [f"    y[i] = mul(a[i], b[i]); /* filler {i} */" for i in range(3000)]
     lines[2000] = "static void rms_norm_f32(const float * x, float * y) {"

@@ -12,8 +12,8 @@ from kb.errors import UserError
 from kb.search import search
 from kb.workspace import Workspace
 from runner.llm import LLMClient, LLMConfig
-from runner.miners import mine
-from runner.reflection import reflect_on_wave
+from runner.research.miners import mine
+from runner.research.reflection import reflect_on_wave
 from tests.runner.research_support import make_target, make_workspace, seed_kb, seed_wave
 
 POST_MORTEM = json.dumps(

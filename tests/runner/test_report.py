@@ -12,8 +12,8 @@ import pytest
 
 from kb.db import transaction, update
 from kb.errors import UserError
-from runner.importer import import_jsonl
-from runner.report import write_report
+from runner.record.importer import import_jsonl
+from runner.record.report import write_report
 from tests.runner.fixtures import FORK_SHA, PAPER_URL, HistoryFixture, build_history, finished_history
 
 __all__ = ["finished_history"]  # a pytest fixture, imported to be used here
@@ -127,6 +127,9 @@ def test_report_errors_are_one_line(finished_history: HistoryFixture, tmp_path: 
 
 
 def test_importing_the_report_module_does_not_import_matplotlib() -> None:
-    code = "import sys, runner.report, runner.history, runner.winners; print('matplotlib' in sys.modules)"
+    code = (
+        "import sys, runner.record.report, runner.record.history, runner.record.winners; "
+        "print('matplotlib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,10 +14,10 @@ from kb.db import one, rows
 from kb.workspace import Workspace
 from runner.hypotheses import evidence_of
 from runner.llm import LLMClient, LLMConfig, LLMError, client_for
-from runner.miners import mine
-from runner.patch_writer import write_patches
-from runner.reflection import reflect_on_wave
-from runner.research import analyze_bottleneck, baseline_measurements, generate, similar
+from runner.research.generate import analyze_bottleneck, baseline_measurements, generate, similar
+from runner.research.miners import mine
+from runner.research.patch_writer import write_patches
+from runner.research.reflection import reflect_on_wave
 from tests.runner.research_support import (
     INJECTION,
     KB,

@@ -14,7 +14,7 @@ import pytest
 
 from kb.db import one, rows
 from kb.errors import UserError
-from runner import runlock
+from runner.measure import runlock
 from tests.runner.runner_target import make_workspace, must, queue
 
 FAST = {"min_pairs": 6, "batch_pairs": 2, "max_pairs": 6, "self_test_pairs": 6}
@@ -57,7 +57,7 @@ def test_the_lock_is_the_processs_and_dies_with_it(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from runner import runlock; "
+            "import sys, time; from pathlib import Path; from runner.measure import runlock; "
             "lock = runlock.acquire(Path(sys.argv[1])); lock.record(7, 'r7'); print('held', flush=True); "
             "time.sleep(600)",
             str(tmp_path),

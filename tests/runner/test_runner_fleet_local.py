@@ -16,7 +16,7 @@ from kb.init import TargetSpec, create_workspace
 from kb.workspace import Workspace
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, make_fleet
 from runner.fleet.local import LocalFleet, _cmdline, session_members
-from runner.template import render
+from runner.harness.template import render
 
 TEMPLATE: dict[str, Any] = {
     "name": "t",

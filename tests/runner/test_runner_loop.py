@@ -14,8 +14,8 @@ from kb import gitrepo
 from kb.db import one, rows
 from kb.workspace import Workspace
 from runner import commands
-from runner.loop import Runner, RunOptions, start_run
-from runner.protocol import LogParser
+from runner.harness.protocol import LogParser
+from runner.measure.loop import Runner, RunOptions, start_run
 from tests.runner.runner_target import live_processes_under, make_workspace, must, queue
 
 
@@ -182,7 +182,7 @@ def test_winners_move_the_baseline_and_are_measured_stacked_and_left_out(tmp_pat
 
 
 def test_editing_the_template_changes_what_the_local_fleet_runs(tmp_path: Path) -> None:
-    from runner.template import default_template_text
+    from runner.harness.template import default_template_text
 
     ws, target = make_workspace(
         tmp_path,

@@ -10,7 +10,7 @@ import pytest
 from kb import gitrepo
 from kb.init import TargetSpec, create_workspace
 from kb.workspace import Workspace
-from runner.prepare import (
+from runner.harness.prepare import (
     DoesNotApply,
     commit_candidate,
     prepare_workdir,
@@ -49,7 +49,7 @@ def test_refusal_names_the_protected_path_and_why(tmp_path: Path, target: Path) 
         "build/rules.mk": "listed in target.protect",
         "autoresearch.toml": "the workspace configuration",
         "tpl/experiment.yaml": "the experiment template",
-        "runner/experiment.yaml": "the experiment template",
+        "runner/harness/experiment.yaml": "the experiment template",
     }
     for path, why in cases.items():
         reason = refusal(["prog.c", path], protected)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.protocol import LogParser, Metric, Rejected, parse_metric_line
+from runner.harness.protocol import LogParser, Metric, Rejected, parse_metric_line
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kb.errors import UserError
-from runner.template import REQUIRED_ENVS, load_template, one_line, render
+from runner.harness.template import REQUIRED_ENVS, load_template, one_line, render
 
 
 def test_packaged_template_has_the_protocol() -> None:

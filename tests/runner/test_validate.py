@@ -16,7 +16,7 @@ import pytest
 from kb.config import load_settings
 from kb.db import connect, one
 from kb.workspace import Workspace
-from runner.validate import evaluate, load
+from runner.measure.validate import evaluate, load
 from tests.conftest import make_repo
 from tests.runner.onboarding_support import (
     GOOD_REGEX,
@@ -225,7 +225,7 @@ def test_a_failing_build_is_reported_with_its_output(tmp_path: Path) -> None:
 
 
 def test_parse_doubts_on_real_output_lines() -> None:
-    from runner.validate import parse_doubts
+    from runner.measure.validate import parse_doubts
 
     # python-xxhash's benchmark line: a loose regex takes the 32 of "xxh32", a label.
     doubts, marked = parse_doubts(r"([\d.]+)", "gbs", "xxh32 8x64MB: 0.076 s, 6.55 GB/s")

@@ -12,7 +12,7 @@ import pytest
 
 from kb.db import insert, one, rows, transaction, update
 from kb.errors import UserError
-from runner.winners import commit_winner, experiment_for_commit, led_to, provenance
+from runner.record.winners import commit_winner, experiment_for_commit, led_to, provenance
 from tests.runner.fixtures import (
     BLOG_URL,
     FORK_SHA,

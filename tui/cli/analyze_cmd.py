@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from kb.errors import UserError, read_text
-from runner.protocol import plain_number
+from runner.harness.protocol import plain_number
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
 from tui.cli.params import Number, PathArg, count
 

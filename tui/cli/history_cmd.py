@@ -20,7 +20,7 @@ from tui.cli.params import TEXT, Number, PathArg, count
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from runner.history import RunInfo
+    from runner.record.history import RunInfo
 
 
 def _when(ts: float | None) -> str:
@@ -32,12 +32,12 @@ def _short(sha: str | None) -> str:
 
 
 def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -> None:
-    from runner import history
+    from runner.record import history
 
     click.echo(f"Run {run.id} {run.name}: {run.status}")
     click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
-        from runner.importer import summary_lines
+        from runner.record.importer import summary_lines
 
         click.echo(f"  imported from {run.imported_from}")
         for line in summary_lines(run.summary):
@@ -119,7 +119,7 @@ def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: boo
     effect, interval, pairs) and winners. --json prints everything, raw samples included; every
     experiment carries id, title, status, effect, ci, pairs, hypothesis, sources and log_dir.
     """
-    from runner import history as hist
+    from runner.record import history as hist
 
     ws = workspace(ctx)
     db = ws.db()
@@ -168,7 +168,7 @@ def report(ctx: click.Context, run_ref: str, fmt: str, output: Path | None, as_j
     """Write RUN's report: runs, waves and experiments tables, a plot of the primary metric's effect
     per experiment with its interval, the self-test noise floor, the final stack and ablation, and
     the provenance of every winner."""
-    from runner.report import write_report
+    from runner.record.report import write_report
 
     ws = workspace(ctx)
     written = write_report(ws, ws.db(), run_ref, fmt=fmt, output=output)
@@ -214,8 +214,8 @@ def redecide(
 ) -> None:
     """Re-decide every experiment of RUN from its stored samples under another policy; list what
     flips (old verdict -> new verdict). The run's own decisions and statuses are never changed."""
-    from runner.redecide import format_flip
-    from runner.redecide import redecide as run_redecide
+    from runner.record.redecide import format_flip
+    from runner.record.redecide import redecide as run_redecide
 
     ws = workspace(ctx)
     result = run_redecide(
@@ -283,8 +283,8 @@ def import_(
     """Import another loop's log into the history: a pi-autoresearch autoresearch.jsonl (or
     .auto/log.jsonl; also the SkyPilot example's) or a karpathy/autoresearch results.tsv. One run
     per config segment, its lines as experiments with a single sample each."""
-    from runner.importer import import_log
-    from runner.logformats import cap
+    from runner.record.importer import import_log
+    from runner.record.logformats import cap
 
     ws = workspace(ctx)
     result = import_log(

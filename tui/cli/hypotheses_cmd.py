@@ -37,7 +37,7 @@ def _short(value: Any, width: int) -> str:
 @click.pass_context
 def mine(ctx: click.Context, as_json: bool) -> None:
     """Turn backend gaps and fork commits into hypotheses (no LLM). Re-running adds nothing twice."""
-    from runner.miners import mine as run_miners
+    from runner.research.miners import mine as run_miners
 
     ws = workspace(ctx)
     db = ws.db()
@@ -120,7 +120,7 @@ def generate(
 ) -> None:
     """Ask the model for hypotheses grounded in the knowledge base and the measured bottleneck."""
     from runner.llm import client_for
-    from runner.research import generate as run_generate
+    from runner.research.generate import generate as run_generate
 
     ws = workspace(ctx)
     db = ws.db()
@@ -162,7 +162,7 @@ def patch(
 ) -> None:
     """Write patches for hypotheses IDS (default: every approved one without a patch that applies)."""
     from runner.llm import client_for
-    from runner.patch_writer import write_patches
+    from runner.research.patch_writer import write_patches
 
     ws = workspace(ctx)
     db = ws.db()
@@ -194,7 +194,7 @@ def reflect(
 ) -> None:
     """Write the post-mortem of WAVE (a wave id) as a KB note for the next research phase."""
     from kb.db import one
-    from runner.reflection import reflect_on_wave
+    from runner.research.reflection import reflect_on_wave
 
     ws = workspace(ctx)
     db = ws.db()

@@ -89,7 +89,7 @@ def cli(
     """
     from kb.errors import UserError
     from kb.init import TargetSpec, create_workspace
-    from runner.scaffold import DEFAULT_SAMPLES, ScaffoldRequest, make_prepare
+    from runner.harness.scaffold import DEFAULT_SAMPLES, ScaffoldRequest, make_prepare
     from tui.cli.common import echo_json
 
     if (metric_regex is not None or samples is not None) and bench_cmd is None and not draft_scripts:

@@ -67,7 +67,7 @@ def add(
     if not title.strip():
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]
-    from runner.patchpaths import PatchUnreadable, workspace_check
+    from runner.harness.patchpaths import PatchUnreadable, workspace_check
 
     try:
         refused = workspace_check(ws, diff)

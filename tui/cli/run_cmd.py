@@ -78,7 +78,8 @@ def cli(
     starts only after a passing `autoresearch validate` of the current scripts and settings.
     """
     from kb.errors import UserError
-    from runner.loop import RunOptions, resume_run, start_run
+    from runner import autopilot
+    from runner.measure.loop import RunOptions
 
     ws = workspace(ctx)
     run_options: dict[str, Any] = {
@@ -110,7 +111,7 @@ def cli(
         click.echo(line, err=as_json)
 
     if resume:
-        runner = resume_run(ws, run_id, progress=progress)
+        runner = autopilot.resume(ws, run_id, progress=progress)
     else:
         baseline, origin = _baseline(ws, from_winners)
         options = RunOptions(
@@ -120,7 +121,7 @@ def cli(
             baseline=baseline,
             from_winners=from_winners,
         )
-        runner = start_run(ws, options, progress=progress)
+        runner = autopilot.start(ws, options, progress=progress)
         progress(f"baseline {runner.baseline[:12]}: {origin}")
     try:
         summary = runner.execute()
@@ -138,7 +139,7 @@ def cli(
 def _check_validation(ws: Any, parallel: int | None, backend: str | None, skip: bool, as_json: bool) -> None:
     """Refuse a new run that `autoresearch validate` has not passed (validation.required)."""
     from kb.errors import UserError
-    from runner.validate import gate
+    from runner.measure.validate import gate
 
     verdict = gate(ws, parallel=parallel, backend=backend)
     if verdict.ok:

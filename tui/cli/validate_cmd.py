@@ -9,7 +9,7 @@ import click
 from tui.cli.common import echo_json, json_option, workspace
 
 if TYPE_CHECKING:
-    from runner.validate import MetricFigures, Report
+    from runner.measure.validate import MetricFigures, Report
 
 
 @click.command("validate")
@@ -37,7 +37,7 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     while it failed, or after the scripts or the build changed, until validate passes again.
     Exits 1 when it found a problem.
     """
-    from runner.validate import evaluate, measure, save
+    from runner.measure.validate import evaluate, measure, save
 
     ws = workspace(ctx)
 

@@ -241,7 +241,7 @@ class HistoryScreen(AppScreen):
 
     @work(thread=True, group="copy", exclusive=True, exit_on_error=False)
     def copy_sha(self, experiment_id: int) -> None:
-        from runner import history  # sqlite_utils and the runner: a quarter second, paid on use
+        from runner.record import history  # sqlite_utils and the runner: a quarter second, paid on use
 
         with self.store.session() as db:
             info = history.experiment(db, experiment_id)

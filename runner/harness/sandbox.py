@@ -18,19 +18,19 @@ import hashlib
 import os
 import shutil
 import stat
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from kb import gitrepo
 from kb.errors import UserError
-from runner.patchpaths import ALWAYS_PROTECTED
+from kb.packaged import packaged
+from runner.harness.patchpaths import ALWAYS_PROTECTED
 
 if TYPE_CHECKING:
     import git
 
     from kb.workspace import Workspace
-    from runner.prepare import Scripts
+    from runner.harness.prepare import Scripts
 
 HARNESS_DIR = ".autoresearch-harness"
 HARNESS_FILES = ("harness.sh", "ar-sandbox.c")
@@ -40,7 +40,7 @@ _GLOB = frozenset("*?[")
 
 
 def harness_text(name: str) -> bytes:
-    return resources.files("runner").joinpath(f"harness/{name}").read_bytes()
+    return packaged("runner.harness", name).read_bytes()
 
 
 def weakest(*modes: str | None) -> str:

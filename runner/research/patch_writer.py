@@ -21,9 +21,10 @@ from pydantic import BaseModel, Field
 from kb.config import Settings
 from kb.db import log_event, one, rows, transaction
 from kb.errors import UserError
-from runner import patchpaths, prompting
+from runner import prompting
+from runner.harness import patchpaths
+from runner.harness.patchpaths import protected_paths, refusal
 from runner.hypotheses import add_note, add_patch, diff_files, evidence_of, get, latest_patch, set_status
-from runner.patchpaths import protected_paths, refusal
 
 if TYPE_CHECKING:
     import git

@@ -1,4 +1,4 @@
-"""Render the experiment task template (runner/experiment.yaml) for one experiment batch.
+"""Render the experiment task template (runner/harness/experiment.yaml) for one experiment batch.
 
 The result is a SkyPilot task config (`sky.Task.from_yaml_config` takes `RenderedTask.config`) with
 an absolute workdir and every env var a string; the local fleet runs its `setup` and `run` with its
@@ -51,7 +51,7 @@ class RenderedTask:
 
 
 def default_template_text() -> str:
-    return packaged("runner", DEFAULT_TEMPLATE).read_text(encoding="utf-8")
+    return packaged("runner.harness", DEFAULT_TEMPLATE).read_text(encoding="utf-8")
 
 
 def load_template(path: Path | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ refused with the reason. A patch that does not apply onto the current baseline i
 `crashed: does_not_apply`. Otherwise the candidate is committed onto the baseline in the mirror
 (plumbing, no branch moves), both trees are checked out as worktrees of the mirror under the
 workspace's worktrees dir, the benchmark and checks scripts are placed into both, read-only, and the
-harness folder is written next to them (runner/sandbox.py).
+harness folder is written next to them (runner/harness/sandbox.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from kb.config import Settings
 from kb.errors import UserError
 from kb.workspace import Workspace
 
-# The policy lives in runner/patchpaths.py; re-exported for the callers that know it from here.
-from runner.patchpaths import protected_paths as protected_paths
-from runner.patchpaths import refusal as refusal
+# The policy lives in runner/harness/patchpaths.py; re-exported for the callers that know it from here.
+from runner.harness.patchpaths import protected_paths as protected_paths
+from runner.harness.patchpaths import refusal as refusal
 
 if TYPE_CHECKING:
     import git
@@ -112,9 +112,9 @@ def prepare_workdir(
     protected: list[tuple[str, str]] | None = None,
 ) -> None:
     """Check out both trees (replacing stale ones), place the scripts, read-only, into both, and
-    write the harness folder (runner/sandbox.py) from the fresh baseline tree: what every
+    write the harness folder (runner/harness/sandbox.py) from the fresh baseline tree: what every
     protected path (`protected`, plus the two scripts) holds before anything has run."""
-    from runner.sandbox import protected_entries, write_harness
+    from runner.harness.sandbox import protected_entries, write_harness
 
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)  # build stamps of a dead attempt

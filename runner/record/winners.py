@@ -24,8 +24,8 @@ import sqlite_utils
 
 from kb.db import insert, log_event, one, rows, transaction, update
 from kb.errors import UserError
-from runner.history import FINISHED_STATUSES, latest_decision_rows, parse_json
-from runner.patchpaths import ProtectedPath, check_commit, protected_paths
+from runner.harness.patchpaths import ProtectedPath, check_commit, protected_paths
+from runner.record.history import FINISHED_STATUSES, latest_decision_rows, parse_json
 
 if TYPE_CHECKING:
     import git

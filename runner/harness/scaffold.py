@@ -6,7 +6,7 @@
 
 The benchmark script runs the command in the tree's root (the runner starts it there) AR_SAMPLES
 times, quietly (its output is shown only when it fails), and turns each output into METRIC lines
-with runner/metric_filter.py, whose source it embeds: so the worker needs bash and python3, and the
+with runner/harness/metric_filter.py, whose source it embeds: so the worker needs bash and python3, and the
 rule that reads the numbers is the one `autoresearch validate` checks against. With a model,
 `draft_spec` asks it for the build command, the benchmark command and the regex from the tree's
 build files and README; the caller shows the draft before anything is written.
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from kb.errors import UserError
 from kb.init import Prepare, Prepared
 from kb.packaged import packaged
-from runner import metric_filter
+from runner.harness import metric_filter
 
 if TYPE_CHECKING:
     import git
@@ -85,7 +85,7 @@ def check_spec(spec: BenchSpec) -> list[str]:
 
 
 def _filter_source() -> str:
-    return packaged("runner", "metric_filter.py").read_text(encoding="utf-8")
+    return packaged("runner.harness", "metric_filter.py").read_text(encoding="utf-8")
 
 
 def bench_script(spec: BenchSpec) -> str:
@@ -108,7 +108,7 @@ METRIC_NAME={shlex.quote(spec.metric)}
 SAMPLES="${{AR_SAMPLES:-{spec.samples}}}"
 PYTHON="${{AR_PYTHON:-python3}}"
 
-# runner/metric_filter.py of autoresearch: METRIC lines from the regex, or passed through.
+# runner/harness/metric_filter.py of autoresearch: METRIC lines from the regex, or passed through.
 FILTER=$(cat <<'PY'
 {source.rstrip()}
 PY

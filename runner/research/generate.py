@@ -34,7 +34,7 @@ from kb.db import log_event, one, rows, transaction
 from kb.errors import UserError
 from runner import prompting
 from runner.hypotheses import add_hypothesis, add_note, link_evidence
-from runner.priority import priority
+from runner.research.priority import priority
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace

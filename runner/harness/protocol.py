@@ -5,7 +5,7 @@ value a finite decimal number and nothing else. `nan`, `inf`, `12 t/s` or an emp
 rejected (the caller logs a warning event), never read as 0. A line is a metric attempt when it
 starts with `METRIC` and whitespace; anything else on stdout is log.
 
-A job runs the rendered `run` of runner/experiment.yaml, which prints markers
+A job runs the rendered `run` of runner/harness/experiment.yaml, which prints markers
 `@@AR <nonce> <time> <KIND> ...` around every step, and runs every step through the harness
 (runner/harness/harness.sh). `LogParser` turns the job log into phases, per-invocation samples, the
 isolation the job ran under and the final status. Samples are authenticated three ways:

@@ -58,7 +58,7 @@ class PatchUnreadable(UserError):
 
 def protected_paths(ws: Workspace, settings: Settings) -> list[tuple[str, str]]:
     """(pattern, why) pairs; a pattern is a file, a folder (its contents) or a glob."""
-    from runner.prepare import resolve_scripts
+    from runner.harness.prepare import resolve_scripts
 
     scripts = resolve_scripts(ws, settings)
     found = [
@@ -66,7 +66,7 @@ def protected_paths(ws: Workspace, settings: Settings) -> list[tuple[str, str]]:
         (scripts.checks.path, "the checks script"),
         (CONFIG_NAME, "the workspace configuration"),
         ("experiment.yaml", "the experiment template"),
-        ("runner/experiment.yaml", "the experiment template"),
+        ("runner/harness/experiment.yaml", "the experiment template"),
     ]
     configured = settings.fleet.template
     if configured and not Path(configured).is_absolute():

@@ -1,5 +1,5 @@
 """Import another loop's log into the history: pi-autoresearch's `autoresearch.jsonl` (or
-`.auto/log.jsonl`) or karpathy/autoresearch's `results.tsv`, read by runner.logformats.
+`.auto/log.jsonl`) or karpathy/autoresearch's `results.tsv`, read by runner.record.logformats.
 
 Each segment becomes one run (`runs.imported_from` = `<file>#segment=<n>`) with one wave. The first
 line of a segment is its baseline measurement. Every other line becomes a hypothesis (origin
@@ -40,7 +40,7 @@ import sqlite_utils
 from kb.db import insert, log_event, now, one, rows, transaction
 from kb.errors import UserError
 from runner import stats
-from runner.logformats import (
+from runner.record.logformats import (
     PI_LIKELY,
     PI_MARGINAL,
     STATUS_MAP,

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb.db import log_event, one, rows, transaction
+from runner.harness.prepare import protected_paths, refusal
 from runner.hypotheses import add_hypothesis, add_patch, diff_files
-from runner.prepare import protected_paths, refusal
-from runner.priority import priority
+from runner.research.priority import priority
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace

@@ -8,7 +8,7 @@ the current baseline (the head of `autoresearch/<run>` in the mirror) on one wor
 builds both trees and runs interleaved A/B pairs, and after every batch the wave is decided again
 with runner/stats (false discoveries controlled across the wave). `continue` submits the next
 batch on the same worker, up to the policy's cap. Kept experiments become commits on the run
-branch (runner.winners.commit_winner) before the next wave starts. At the end the winners are
+branch (runner.record.winners.commit_winner) before the next wave starts. At the end the winners are
 measured together against the original baseline (`stack`) and each one left out (`ablation`).
 
 Nothing lives only in memory. Samples are stored as the job log is parsed (UNIQUE, so parsing a log
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import sqlite_utils
 
@@ -41,9 +41,10 @@ from kb import gitrepo
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import patchpaths, runlock, stats
+from runner import stats
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
-from runner.prepare import (
+from runner.harness import patchpaths
+from runner.harness.prepare import (
     A_DIR,
     B_DIR,
     DoesNotApply,
@@ -54,9 +55,10 @@ from runner.prepare import (
     resolve_scripts,
     template_path,
 )
-from runner.protocol import WALL_METRIC, Invocation, LogParser
-from runner.sandbox import sandbox_envs, weakest
-from runner.template import load_template, one_line, render
+from runner.harness.protocol import WALL_METRIC, Invocation, LogParser
+from runner.harness.sandbox import sandbox_envs, weakest
+from runner.harness.template import load_template, one_line, render
+from runner.measure import runlock
 
 Progress = Callable[[str], None]
 
@@ -141,6 +143,16 @@ class RunSummary:
         return asdict(self)
 
 
+class Research(Protocol):
+    """What the measuring loop asks of the research stage. The loop defines it and never imports
+    research; runner.autopilot wires an implementation in (the CLI, the console and the demo start
+    runs through it)."""
+
+    def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
+        """The finished wave's post-mortem; the evidence id of the note it stored, if any."""
+        ...
+
+
 class RunStopped(Exception):
     """The run was told to stop (a `stop` command)."""
 
@@ -179,7 +191,7 @@ def _runner_alive(run: dict[str, Any]) -> bool:
 def _mark_dead_runs(db: sqlite_utils.Database) -> None:
     """Runs left `running` or `paused` by a runner that died are `interrupted` (resumable).
 
-    Called with the workspace's run lock held (runner/runlock.py): no other process drives a run
+    Called with the workspace's run lock held (runner/measure/runlock.py): no other process drives a run
     then, on this host or another, so a run of another process is a dead one; runs of this process
     (other runners in threads) are judged by the database alone."""
     here = (os.getpid(), socket.gethostname())
@@ -229,7 +241,13 @@ def _policy(ws: Workspace) -> stats.Policy:
     )
 
 
-def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = None) -> Runner:
+def start_run(
+    ws: Workspace,
+    options: RunOptions,
+    progress: Progress | None = None,
+    *,
+    research: Research | None = None,
+) -> Runner:
     """Create a run (its row and its branch at the baseline) and return its runner."""
     settings = ws.settings
     policy = _policy(ws)  # a bad policy fails here, before anything is written
@@ -246,7 +264,7 @@ def start_run(ws: Workspace, options: RunOptions, progress: Progress | None = No
         lock.release()
         raise
     lock.record(run_id, name)
-    return Runner(ws, run_id, progress=progress, lock=lock)
+    return Runner(ws, run_id, progress=progress, lock=lock, research=research)
 
 
 def _create_run(ws: Workspace, options: RunOptions, policy: stats.Policy) -> tuple[int, str]:
@@ -315,7 +333,13 @@ def _insert_run(
     return run_id, name
 
 
-def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
+def resume_run(
+    ws: Workspace,
+    run_id: int | None = None,
+    progress: Progress | None = None,
+    *,
+    research: Research | None = None,
+) -> Runner:
     """Take over an interrupted run (or a paused one, which this resumes)."""
     lock = runlock.acquire(ws.root)
     try:
@@ -324,7 +348,7 @@ def resume_run(ws: Workspace, run_id: int | None = None, progress: Progress | No
         lock.release()
         raise
     lock.record(run["id"], run["name"])
-    runner = Runner(ws, run["id"], progress=progress, lock=lock)
+    runner = Runner(ws, run["id"], progress=progress, lock=lock, research=research)
     runner.resuming = True
     return runner
 
@@ -377,9 +401,12 @@ class Runner:
         *,
         progress: Progress | None = None,
         lock: runlock.RunLock | None = None,
+        research: Research | None = None,
     ) -> None:
         self.ws = ws
         self.lock = lock
+        self.research = research
+        """The research stage, as this loop sees it (runner.autopilot wires it); None: measure only."""
         """The workspace's run lock, released when execute() returns (start_run/resume_run take it)."""
         self.db = ws.db()
         self.settings = ws.settings
@@ -746,10 +773,10 @@ class Runner:
     def _reflect(self, wave: dict[str, Any]) -> None:
         """The wave's post-mortem becomes a KB note for the next research phase (the model's when one
         is configured, else a plain summary). A failed reflection never stops the run."""
-        from runner.reflection import reflect_on_wave
-
+        if self.research is None:
+            return
         try:
-            note = reflect_on_wave(self.ws, self.db, wave["id"])
+            note = self.research.after_wave(self.ws, self.db, wave["id"])
         except Exception as exc:  # the run matters more than its diary
             self._event("reflection_failed", f"wave {wave['number']}: reflection failed ({exc})",
                         level="warning")
@@ -757,7 +784,7 @@ class Runner:
         self._say(f"wave {wave['number']} reflection stored as evidence {note}")
 
     def _commit_winner(self, exp: dict[str, Any]) -> None:
-        from runner.winners import commit_winner
+        from runner.record.winners import commit_winner
 
         try:
             record = commit_winner(self.ws, self.db, exp["id"])

@@ -27,7 +27,8 @@ import sqlite_utils
 
 from kb.db import insert, log_event, now, transaction
 from kb.errors import UserError
-from runner import history, stats
+from runner import stats
+from runner.record import history
 from runner.stats import Decision, Guard, Policy, apply_guards, decide_wave
 
 K = TypeVar("K", int, str)

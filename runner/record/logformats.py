@@ -21,7 +21,7 @@ pi-autoresearch's own reader (extensions/pi-autoresearch/jsonl.ts) reads it:
 tab-separated, then one row per experiment; status `keep`, `discard` or `crash` (any case; also
 `checks_failed`). Every column but commit, status and description is a metric; the first is the
 primary one (`metric=` picks another) and lower is better (val_bpb; `direction=` says otherwise).
-One segment. Values are ASCII decimal numbers (runner.protocol.plain_number); anything else in a
+One segment. Values are ASCII decimal numbers (runner.harness.protocol.plain_number); anything else in a
 cell is no value.
 
 Malformed lines (not JSON, not an object, a field of the wrong type, a line that is neither a
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from kb.errors import UserError, read_text
-from runner.protocol import plain_number
+from runner.harness.protocol import plain_number
 
 Format = Literal["jsonl", "tsv"]
 FORMATS: tuple[str, ...] = ("auto", "jsonl", "tsv")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from runner.llm import LLMClient
 
 
-# Bounded lists and strings: a grammar-constrained server cannot loop (see runner.research).
+# Bounded lists and strings: a grammar-constrained server cannot loop (see runner.research.generate).
 Point = Annotated[str, Field(max_length=600)]
 
 

@@ -5,7 +5,7 @@
     save(ws, measurement, report)                         # validation.json in the workspace
     gate(ws, parallel=None, backend=None)                 # what `run` checks before it starts
 
-The baseline is checked out once (runner/prepare.py, the scripts placed as in every experiment),
+The baseline is checked out once (runner/harness/prepare.py, the scripts placed as in every experiment),
 and the experiment template runs exactly as the local fleet runs it, in two jobs like a run's
 batches: the first builds the tree and runs the checks (no pairs), the second runs the benchmark
 in pairs (A B, B A) with the builds cached; both sides are the same tree. So what validate sees is
@@ -40,12 +40,13 @@ from kb.config import Settings
 from kb.db import now
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner import metric_filter, stats
+from runner import stats
 from runner.fleet.local import WRAPPER, kill_session
-from runner.prepare import A_DIR, prepare_workdir, remove_workdir, resolve_scripts, template_path
-from runner.protocol import MARKER_PREFIX, NUMBER, LogParser, LogState
-from runner.scaffold import has_no_checks, read_bench_script
-from runner.template import RenderedTask, default_template_text, load_template, render
+from runner.harness import metric_filter
+from runner.harness.prepare import A_DIR, prepare_workdir, remove_workdir, resolve_scripts, template_path
+from runner.harness.protocol import MARKER_PREFIX, NUMBER, LogParser, LogState
+from runner.harness.scaffold import has_no_checks, read_bench_script
+from runner.harness.template import RenderedTask, default_template_text, load_template, render
 
 Progress = Callable[[str], None]
 
@@ -173,7 +174,7 @@ def inputs_of(ws: Workspace, settings: Settings) -> dict[str, Any]:
     except OSError:
         text = ""
     found["template"] = {
-        "path": str(template) if template else "runner/experiment.yaml",
+        "path": str(template) if template else "runner/harness/experiment.yaml",
         "sha256": _sha(text.encode()),
     }
     return found

@@ -238,7 +238,7 @@ class ExperimentInfo:
 
     @property
     def isolation(self) -> str | None:
-        """What its build, benchmark and checks ran under (runner/sandbox.py); None if never run."""
+        """What its build, benchmark and checks ran under (runner/harness/sandbox.py); None if never run."""
         value = self.meta.get("isolation")
         return value if isinstance(value, str) else None
 
@@ -449,7 +449,7 @@ def _latest_decisions(db: sqlite_utils.Database, experiment_ids: Sequence[int]) 
 
 
 def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int, tuple[str, ...]]:
-    from runner.winners import source_refs
+    from runner.record.winners import source_refs
 
     return {hid: tuple(source_refs(db, hid)) for hid in ids}
 

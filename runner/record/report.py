@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb.errors import UserError
-from runner import history
-from runner.importer import summary_lines
+from runner.record import history
+from runner.record.importer import summary_lines
+from runner.record.winners import provenance
 from runner.stats import cell_interval, cell_pct
-from runner.winners import provenance
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace

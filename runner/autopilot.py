@@ -1,0 +1,33 @@
+"""The loop's wiring: the measuring loop (runner.measure) with the research stage
+(runner.research) plugged in through the interface the loop defines (`runner.measure.loop.Research`).
+
+Research and measure never import each other; this module sits above both, and every face starts
+runs through it (the CLI's `run`, the console's start dialog by way of the CLI, the demo).
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from kb.workspace import Workspace
+from runner.measure.loop import Progress, Runner, RunOptions, resume_run, start_run
+
+
+class LiteratureResearch:
+    """The research stage as the loop sees it: after each wave, its post-mortem (the model's when
+    one is configured, else a plain summary) becomes a KB note the next research phase reads."""
+
+    def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
+        from runner.research.reflection import reflect_on_wave  # the model's client, on use
+
+        return reflect_on_wave(ws, db, wave_id)
+
+
+def start(ws: Workspace, options: RunOptions, progress: Progress | None = None) -> Runner:
+    """A new run of the whole loop."""
+    return start_run(ws, options, progress, research=LiteratureResearch())
+
+
+def resume(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
+    """An interrupted or paused run taken over, wired the same way."""
+    return resume_run(ws, run_id, progress, research=LiteratureResearch())

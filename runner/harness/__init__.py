@@ -1,0 +1,1 @@
+"""The experiment itself: its trees, scripts, sandbox, task template and log protocol."""

@@ -1,0 +1,1 @@
+"""Measuring: the run, its waves, jobs, decisions, steering and recovery."""

@@ -1,0 +1,1 @@
+"""Research: miners, the model's hypotheses and patches, priorities, reflection."""
