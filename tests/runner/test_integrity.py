@@ -198,7 +198,8 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     honest = must(
         one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
     )
-    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.8  # the honest speedup shows on the wall clock too (loaded machine: harness costs)
+    # The honest speedup shows on the wall clock too (with room for the harness's cost under load).
+    assert json.loads(honest["metrics"])["harness.wall_s"]["ratio"] < 0.8
     if guard:
         assert fake["status"] == "inconclusive", lines
         assert decision["reason"].startswith("the harness's wall clock does not confirm it"), decision[
