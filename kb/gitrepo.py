@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -210,6 +211,55 @@ def apply_check(repo: git.Repo, commit: str, diff: str, *, reverse: bool = False
     if code == 0:
         return None
     return err.strip() or f"git apply exited {code}"
+
+
+@dataclass(frozen=True)
+class ThreeWay:
+    """A fork commit merged onto another commit by a three-way merge (`three_way`)."""
+
+    diff: str | None
+    """The change as a diff against `onto` when it merged cleanly, else None."""
+    conflicts: list[str]
+    """Paths left with conflicts (empty when it merged)."""
+    error: str
+    """git's account of what failed (empty when it merged)."""
+
+
+def three_way(repo: git.Repo, onto: str, diff: str, *, commit: str | None = None) -> ThreeWay:
+    """Apply a fork commit's change onto `onto` with a three-way merge whose base is the commit's
+    parent in the fork: for each file, the parent's version (the diff's preimage blob), `onto`'s and
+    the commit's are merged, as `git apply --3way` does, against a throw-away index (no work tree:
+    the mirror is bare, and a killed process leaves nothing behind).
+
+    With `commit` (present in this repository, as a fetched fork's commits are), its diff against its
+    first parent is taken again with full blob names, so a stored diff cut at a size cap or with
+    ambiguous short names does not matter; else `diff` is used as it is."""
+    import tempfile
+
+    if commit is not None and has_commit(repo, commit):
+        code, fresh, _ = _git(
+            repo, "diff-tree", "-p", "--full-index", "--binary", "--no-color", "--no-ext-diff",
+            "--no-renames", f"{commit}^", commit,
+        )  # fmt: skip
+        if code == 0 and fresh.strip():
+            diff = fresh
+    with tempfile.TemporaryDirectory(prefix="autoresearch-3way-") as tmp:
+        env = {"GIT_INDEX_FILE": f"{tmp}/index"}
+        code, _, err = _git(repo, "read-tree", onto, env=env)
+        if code != 0:
+            raise UserError(f"{onto}: cannot read tree ({err.strip().splitlines()[-1:]})")
+        code, _, err = _git(
+            repo, "apply", "--3way", "--cached", "--whitespace=nowarn", "-", input_text=diff, env=env
+        )
+        if code != 0:
+            _, unmerged, _ = _git(repo, "ls-files", "-u", "-z", env=env)
+            paths = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+            return ThreeWay(None, paths, err.strip() or f"git apply --3way exited {code}")
+        tree = run(repo, "write-tree", env=env).strip()
+    merged = run(repo, "diff-tree", "-p", "--no-color", "--no-ext-diff", "--binary", onto, tree)
+    if not merged.strip():
+        return ThreeWay(None, [], "the three-way merge changes nothing: the baseline has the change already")
+    return ThreeWay(merged, [], "")
 
 
 def show_file(repo: git.Repo, commit: str, path: str) -> str | None:

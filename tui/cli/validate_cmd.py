@@ -47,6 +47,15 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     measurement = measure(ws, calls=runs, accept_parse=accept_parse, progress=progress)
     report = evaluate(measurement, ws.settings)
     path = save(ws, measurement, report)
+    if measurement.status == "done":
+        from runner import profile
+
+        profile.record(
+            ws.db(),
+            measurement.baseline_commit,
+            profile.shares(c.profile for c in measurement.calls),
+            "validate",
+        )
     if as_json:
         echo_json({"stored": str(path), "measurement": measurement.to_json(), "report": report.to_json()})
     else:
