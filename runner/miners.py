@@ -246,6 +246,10 @@ ORDER BY e.id
 """
 
 
+CHUNK = 500
+"""Fork commits checked against the baseline together (their diffs are held in memory meanwhile)."""
+
+
 def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: bool = False) -> MineReport:
     """One hypothesis per fork-only commit in the paths of interest, its diff as the patch.
 
@@ -262,12 +266,15 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
     report = MineReport()
     repo = gitrepo.open_repo(ws.mirror_path)
     facts = _Facts(ws, repo, baseline)
+    chunk: list[_Candidate] = []
     for commit in rows(db, _COMMITS_SQL):
         if commit["upstreamed"]:
             report.skip("upstreamed")
             continue
         key = f"fork:{commit['patch_id'] or commit['sha']}"
-        if one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key]):
+        if one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key]) or any(
+            c.key == key for c in chunk
+        ):
             report.skip("already_mined")
             continue
         diff = commit["diff"] or ""
@@ -289,20 +296,51 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
         if not queue_protected and refusal(files, protected):
             report.skip("protected_path")
             continue
-        error = gitrepo.apply_check(repo, baseline, diff)
-        if error is not None and gitrepo.apply_check(repo, baseline, diff, reverse=True) is None:
-            report.skip("already_in_baseline")  # upstream took it under another patch-id
-            continue
+        chunk.append(_Candidate(key, commit, files, diff, claims))
+        if len(chunk) >= CHUNK:
+            _check_and_add(db, repo, baseline, chunk, primary, report)
+            chunk = []
+    _check_and_add(db, repo, baseline, chunk, primary, report)
+    return report
+
+
+@dataclass
+class _Candidate:
+    key: str
+    commit: dict[str, Any]
+    files: list[str]
+    diff: str
+    claims: list[Claim]
+
+
+def _check_and_add(
+    db: sqlite_utils.Database,
+    repo: git.Repo,
+    baseline: str,
+    chunk: list[_Candidate],
+    primary: str | None,
+    report: MineReport,
+) -> None:
+    """Check a chunk of fork commits against the baseline (together: kb.gitrepo.apply_check_many),
+    try a three-way merge for those that do not apply, and add their hypotheses."""
+    from kb import gitrepo
+
+    if not chunk:
+        return
+    errors = gitrepo.apply_check_many(repo, baseline, [(c.diff, c.files) for c in chunk])
+    for c, error in zip(chunk, errors, strict=True):
         merged = None
         if error is not None:
-            merged = gitrepo.three_way(repo, baseline, diff, commit=commit["sha"])
-            if merged.diff is not None and gitrepo.apply_check(repo, baseline, merged.diff) is not None:
-                merged = None  # a merge result that does not apply back is no rebase
-            elif merged.diff is None and "changes nothing" in merged.error:
+            if gitrepo.apply_check(repo, baseline, c.diff, reverse=True) is None:
+                report.skip("already_in_baseline")  # upstream took it under another patch-id
+                continue
+            merged = gitrepo.three_way(repo, baseline, c.diff, commit=c.commit["sha"])
+            if merged.diff is None and "changes nothing" in merged.error:
                 report.skip("already_in_baseline")
                 continue
-        _add_fork_hypothesis(db, report, commit, files, diff, error, merged, claims, primary)
-    return report
+            if merged.diff is not None and gitrepo.apply_check(repo, baseline, merged.diff) is not None:
+                merged = None  # a merge result that does not apply back is no rebase
+        _add_fork_hypothesis(db, report, c.commit, c.files, c.diff, error, merged, c.claims, primary)
 
 
 def _add_fork_hypothesis(
