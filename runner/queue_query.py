@@ -8,8 +8,8 @@ The queue order (`sort="rank"`, the default, and the order the runner takes hypo
 
 1. a priority a person set (`hypotheses prioritize`, the TUI's `+`/`-`) above 0 goes first, highest
    first; one at 0 or below goes last (a person saying "not now");
-2. then the rank (relevance to the target, runner/rank.py), best first; a hypothesis never ranked
-   after the ranked ones, by its priority;
+2. then the rank (relevance to the target, runner/rank.py), best first (ties: the older first); a
+   hypothesis never ranked after the ranked ones, by its priority;
 3. within a family (a series of fork commits on the same functions), the best-ranked open member
    leads; the others *wait*: they come after every hypothesis that does not wait, until the leader
    has been measured (an experiment of it exists), rejected, or found unpatchable.
@@ -52,7 +52,7 @@ WAITING = f"(h.family IS NOT NULL AND EXISTS ({_LEADER}))"
 WAITS_BEHIND = f"CASE WHEN h.family IS NULL THEN NULL ELSE ({_LEADER} ORDER BY f.rank DESC, f.id LIMIT 1) END"
 QUEUE_ORDER = (
     f"{PERSON_TIER}, CASE WHEN h.priority_set = 1 THEN h.priority END DESC, {WAITING}, "
-    "h.rank DESC NULLS LAST, h.priority DESC, h.id"
+    "h.rank DESC NULLS LAST, CASE WHEN h.rank IS NULL THEN h.priority END DESC, h.id"
 )
 """The queue order (see the module doc), over a `hypotheses h` row."""
 _WHEN = "coalesce(json_extract(h.rank_why, '$.when'), h.created_at)"

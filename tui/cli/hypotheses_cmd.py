@@ -525,7 +525,7 @@ def reject(ctx: click.Context, ids: tuple[int, ...]) -> None:
     _steer(ctx, ids, "reject")
 
 
-@cli.command("prioritize")
+@cli.command("prioritize", context_settings={"ignore_unknown_options": True})  # `prioritize 7 -1`
 @click.argument("hypothesis_id", type=ROW_ID)
 @click.argument("priority", type=Number(), required=False)
 @click.option("--clear", is_flag=True, help="Drop the priority a person set: back to its place by rank.")

@@ -50,12 +50,14 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     if measurement.status == "done":
         from runner import profile
 
-        profile.record(
-            ws.db(),
-            measurement.baseline_commit,
-            profile.shares(c.profile for c in measurement.calls),
-            "validate",
-        )
+        shares = profile.shares(c.profile for c in measurement.calls)
+        if profile.record(ws.db(), measurement.baseline_commit, shares, "validate"):
+            from runner.rank import rerank
+
+            ranked = rerank(ws, ws.db())  # the hot functions now rank their hypotheses higher
+            progress(
+                f"profile: {len(shares)} functions recorded with the baseline; {ranked.ranked} ranked again"
+            )
     if as_json:
         echo_json({"stored": str(path), "measurement": measurement.to_json(), "report": report.to_json()})
     else:
