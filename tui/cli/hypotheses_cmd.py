@@ -527,7 +527,7 @@ def reject(ctx: click.Context, ids: tuple[int, ...]) -> None:
 
 @cli.command("prioritize", context_settings={"ignore_unknown_options": True})  # `prioritize 7 -1`
 @click.argument("hypothesis_id", type=ROW_ID)
-@click.argument("priority", type=Number(), required=False)
+@click.argument("priority", type=Number(), required=False, metavar="PRIORITY")
 @click.option("--clear", is_flag=True, help="Drop the priority a person set: back to its place by rank.")
 @click.pass_context
 def prioritize(ctx: click.Context, hypothesis_id: int, priority: float | None, clear: bool) -> None:
