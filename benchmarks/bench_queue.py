@@ -60,7 +60,7 @@ def build(root: Path, hypotheses: int) -> Path:
     report = mine(ws, db)
     mined = time.perf_counter()
     print(
-        f"built {result.total} fork commits in {built - started:.1f} s; add-fork {forked - built:.1f} s; "
+        f"built {result.commits} fork commits in {built - started:.1f} s; add-fork {forked - built:.1f} s; "
         f"mine {mined - forked:.1f} s: {len(report.fork_added)} queued ({len(report.rebased)} rebased by a "
         f"three-way merge, {len(report.needs_port)} needs_port), left out {sum(report.left_out.values())}"
     )

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from runner.queue_query import QueueFilter
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *data.HYPOTHESIS_STATUSES)
-FILTER_HINT = "f filter: status:S outcome:O origin:O path:P backend:B words  ·  o order  ·  s status"
+FILTER_HINT = "filter (f): status: outcome: origin: path: backend: and words to search"
 
 
 class SteeringScreen(AppScreen):
