@@ -321,11 +321,14 @@ def three_way(repo: git.Repo, onto: str, diff: str, *, commit: str | None = None
         code, _, err = _git(
             repo, "apply", "--3way", "--cached", "--whitespace=nowarn", "-", input_text=diff, env=env
         )
+        _, unmerged, _ = _git(repo, "ls-files", "-u", "-z", env=env)
+        paths = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+        if code != 0 or paths:  # git apply may exit 0 and still leave a path unmerged
+            return ThreeWay(None, paths, err.strip() or f"git apply --3way left conflicts (exit {code})")
+        code, tree, err = _git(repo, "write-tree", env=env)
         if code != 0:
-            _, unmerged, _ = _git(repo, "ls-files", "-u", "-z", env=env)
-            paths = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
-            return ThreeWay(None, paths, err.strip() or f"git apply --3way exited {code}")
-        tree = run(repo, "write-tree", env=env).strip()
+            return ThreeWay(None, [], f"git write-tree: {err.strip() or f'exit {code}'}")
+        tree = tree.strip()
     merged = run(repo, "diff-tree", "-p", "--no-color", "--no-ext-diff", "--binary", onto, tree)
     if not merged.strip():
         return ThreeWay(None, [], "the three-way merge changes nothing: the baseline has the change already")
