@@ -323,9 +323,11 @@ def three_way(repo: git.Repo, onto: str, diff: str, *, commit: str | None = None
         )
         _, unmerged, _ = _git(repo, "ls-files", "-u", "-z", env=env)
         paths = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
-        if code != 0 or paths:  # git apply may exit 0 and still leave a path unmerged
+        if code != 0 or paths:
             return ThreeWay(None, paths, err.strip() or f"git apply --3way left conflicts (exit {code})")
-        code, tree, err = _git(repo, "write-tree", env=env)
+        # --missing-ok: the merge keeps the baseline's other entries as they are; one whose blob a
+        # partial copy of the repository lacks (a snapshot without its biggest files) is not its business.
+        code, tree, err = _git(repo, "write-tree", "--missing-ok", env=env)
         if code != 0:
             return ThreeWay(None, [], f"git write-tree: {err.strip() or f'exit {code}'}")
         tree = tree.strip()

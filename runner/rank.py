@@ -73,6 +73,8 @@ class Target:
     primary: str | None
     """The primary metric's kind (pp, tg) or None (kb.commit_facts.metric_kind)."""
     primary_name: str
+    guards: frozenset[str]
+    """The guarded metrics' kinds (pp, tg): a claim on one says it helps a metric that must not fall."""
     paths_of_interest: list[str]
     gap_ops: dict[str, str]
     """op (lowercase, as functions name it) -> the gap it is missing from (`RMS_NORM+MUL`)."""
@@ -173,6 +175,7 @@ def target_of(ws: Workspace, db: sqlite_utils.Database) -> Target:
         backend=backend,
         primary=metric_kind(settings.metric.primary),
         primary_name=settings.metric.primary,
+        guards=frozenset(k for k in (metric_kind(g.metric) for g in settings.metric.guards) if k),
         paths_of_interest=list(settings.target.paths_of_interest),
         gap_ops={op: title for op, title in gap_ops.items() if op},
         profile=shares,
@@ -359,7 +362,8 @@ def _claim_part(f: Facts, t: Target) -> Part:
         weight = claim_weight(best, t.primary)
         what = f"+{best.effect:.0%} {best.metric or '(no metric named)'}"
         if weight < 1.0 and best.metric is not None:
-            note = f"; the primary metric is {t.primary_name}: counts little"
+            guard = f" ({best.metric} is a guard)" if best.metric in t.guards else ""
+            note = f"; the primary metric is {t.primary_name}{guard}: counts little"
         elif weight < 1.0:
             note = f"; counts part-way toward {t.primary_name}"
         else:

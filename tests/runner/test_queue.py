@@ -114,7 +114,10 @@ def test_claims_count_for_the_metric_they_name(ws: Workspace) -> None:
     assert unnamed["expected_effect"] == 0.08
     assert none["expected_effect"] == FORK_EFFECT
     assert "claims +12% tg" in part(tg, "claim")["why"]
-    assert "claims +35% pp; the primary metric is tg128: counts little" in part(pp, "claim")["why"]
+    assert (
+        "claims +35% pp; the primary metric is tg128 (pp is a guard): counts little"
+        in part(pp, "claim")["why"]
+    )
     assert "counts part-way toward tg128" in part(unnamed, "claim")["why"]
     claim = [part(h, "claim")["points"] for h in (tg, pp, unnamed, none)]
     assert claim[0] > claim[2] > claim[1] > claim[3] == 0
