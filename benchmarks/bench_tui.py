@@ -13,6 +13,11 @@ then measures, each in a fresh process running the real app headless:
   log lines) while the app refreshes the pane on its own (data_version poll + 1 s tick): the time
   from asking for a refresh to the pane painted with it, and the query part of it.
 
+With `--queue DIR` it measures the Hypotheses pane on a queue of mined hypotheses instead (DIR: a
+folder `benchmarks/bench_queue.py --db DIR` built, or builds it with `--hypotheses N`, default
+10,000): cold start to the first page, then the time per page from the key (`]`, `[`) to the page
+shown, a change of order (`o`) and a filter typed into the bar.
+
 Prints figures; not a pass/fail test.
 """
 
@@ -239,6 +244,124 @@ WRITER = textwrap.dedent(
 )
 
 
+QUEUE_CHILD = textwrap.dedent(
+    """
+    import time
+    T0 = time.perf_counter()
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from tui.app import make_app
+    from tui.screens.hypotheses import HypothesesScreen
+    from tui.widgets.common import PagedTable
+    app = make_app({ws!r}, pane="hypotheses", poll_interval=None, fleet_interval=None)
+    marks = {{"pages": [], "back": []}}
+    # Inside the app: from the key's action (a page asked for) to the screen refreshed with the page.
+    asked, painted = [], []
+    for name in ("action_next_page", "action_previous_page"):
+        original = getattr(PagedTable, name)
+        def wrapped(self, _original=original):
+            asked.append(time.perf_counter())
+            return _original(self)
+        setattr(PagedTable, name, wrapped)
+    cycle = HypothesesScreen.action_cycle_sort
+    def action_cycle_sort(self):
+        asked.append(time.perf_counter())
+        return cycle(self)
+    HypothesesScreen.action_cycle_sort = action_cycle_sort
+    shown = HypothesesScreen.on_page_loaded
+    def on_page_loaded(self, message):
+        shown(self, message)
+        self.call_after_refresh(lambda: painted.append(time.perf_counter()))
+    HypothesesScreen.on_page_loaded = on_page_loaded
+
+    async def idle(pilot, table, done, start):
+        start = start or time.perf_counter()
+        while not done():
+            await pilot.pause(0.001)
+            if time.perf_counter() - start > 30:
+                raise SystemExit("timed out")
+        return (time.perf_counter() - start) * 1000
+
+    async def measure(pilot):
+        while not app.screen.is_loaded():
+            await pilot.pause(0.002)
+        marks["data"] = time.perf_counter() - T0
+        table = app.screen.query_one("#hyp-table", PagedTable)
+        table.focus()
+        size = table.page_limit
+        for n in range({pages}):
+            want = (n + 1) * size
+            count = len(painted)
+            await pilot.press("right_square_bracket")
+            await idle(pilot, table, lambda: table.page_offset == want and len(painted) > count, 0)
+            marks["pages"].append((painted[-1] - asked[-1]) * 1000)
+        for n in range({pages}):
+            want = ({pages} - n - 1) * size
+            count = len(painted)
+            await pilot.press("left_square_bracket")
+            await idle(pilot, table, lambda: table.page_offset == want and len(painted) > count, 0)
+            marks["back"].append((painted[-1] - asked[-1]) * 1000)
+        count = len(painted)
+        await pilot.press("o")
+        await idle(pilot, table, lambda: "by priority" in str(table.border_title) and len(painted) > count, 0)
+        marks["order"] = (painted[-1] - asked[-1]) * 1000
+        await pilot.press("o", "o", "o")
+        await idle(pilot, table, lambda: "by rank" in str(table.border_title), time.perf_counter())
+        await pilot.press("f", *"backend:cpu vectorise")
+        t = time.perf_counter()  # the last key typed: the debounce (0.25 s), the query, the paint
+        marks["filter"] = await idle(pilot, table, lambda: "search vectorise" in str(table.border_title), t)
+        marks["filtered_total"] = table.page_total
+        marks["total"] = size
+        print("RESULT " + json.dumps(marks), flush=True)
+        app.exit()
+
+    app.run(headless=True, size=(120, 40), auto_pilot=measure)
+    """
+)
+
+
+def queue_case(folder: Path, hypotheses: int, pages: int, repeat: int) -> None:
+    """The Hypotheses pane on a mined queue: cold start, ms per page, order and filter changes."""
+    ws = folder / "ws"
+    if not (ws / "autoresearch.db").exists():
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "bench_queue.py"), "--db", str(folder),
+             "--hypotheses", str(hypotheses), "--repeat", "1"],
+            check=True, cwd=ROOT,
+        )  # fmt: skip
+    db = connect(ws / "autoresearch.db")
+    total = db.execute("SELECT count(*) FROM hypotheses").fetchone()[0]
+    db.conn.close()
+    runs = []
+    for _ in range(repeat):
+        code = QUEUE_CHILD.format(root=str(ROOT), ws=str(ws), pages=pages)
+        spawned = time.time()
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600
+        )
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(
+                f"the app did not report ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+            )
+        marks = json.loads(line[7:])
+        marks["spawned"] = time.time() - spawned
+        runs.append(marks)
+    pages_ms = sorted(x for r in runs for x in r["pages"] + r["back"])
+    print(f"hypotheses pane, {total:,} hypotheses (headless, 120x40, pages of {runs[0]['total']} rows), "
+          f"{repeat} runs of {pages} pages forward and back:")  # fmt: skip
+    print(
+        f"  cold start to the first page: median {statistics.median(r['data'] for r in runs) * 1000:.0f} ms"
+    )
+    p95 = pages_ms[int(0.95 * (len(pages_ms) - 1))]
+    print(f"  per page (its key to the page painted, in the app): p50 {statistics.median(pages_ms):.0f} ms, "
+          f"p95 {p95:.0f} ms, max {pages_ms[-1]:.0f} ms ({len(pages_ms)} pages)")  # fmt: skip
+    print(f"  change of order (o): median {statistics.median(r['order'] for r in runs):.0f} ms")
+    filtered = statistics.median(r["filter"] for r in runs)
+    print(f"  filter bar: last key typed to the filtered page (a 0.25 s debounce in it): median "
+          f"{filtered:.0f} ms ({runs[0]['filtered_total']:,} match)")  # fmt: skip
+
+
 def child(ws: Path, pane: str, *, follow: bool = False, seconds: float = 15.0) -> dict[str, object]:
     code = CHILD.format(root=str(ROOT), ws=str(ws), pane=pane, seconds=seconds, follow=follow)
     spawned = time.time()
@@ -260,7 +383,13 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="workspace folder to build or reuse (default: temporary)")
     parser.add_argument("--repeat", type=int, default=3, help="cold starts per pane")
     parser.add_argument("--live-seconds", type=float, default=12.0)
+    parser.add_argument("--queue", type=Path, help="measure the Hypotheses pane on a mined queue in DIR")
+    parser.add_argument("--hypotheses", type=int, default=10_000, help="with --queue: its size when built")
+    parser.add_argument("--pages", type=int, default=10, help="with --queue: pages forward (and back)")
     args = parser.parse_args()
+    if args.queue is not None:
+        queue_case(args.queue, args.hypotheses, args.pages, args.repeat)
+        return
     tmp = tempfile.TemporaryDirectory() if args.db is None else None
     ws = args.db or Path(tmp.name) / "ws"  # type: ignore[union-attr]
     have = (0, 0)

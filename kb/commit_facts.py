@@ -14,6 +14,7 @@ t/s columns or a speed-up column, as ik_llama.cpp writes them) are read.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -229,3 +230,133 @@ def _row_factor(cells: list[str], header: list[str]) -> float | None:
         return None
     old, new = float(before.split("±")[0]), float(after.split("±")[0])
     return new / old if old > 0 else None
+
+
+# --- which claim speaks to the metric being optimised ------------------------------------------------
+
+CAPPED_EFFECT = 0.3
+"""A claim is taken as the expected effect up to this (a +300% toy case is not a plan)."""
+UNNAMED_WEIGHT = 0.6
+"""A claim that names no metric may be about the primary one: it counts, with this weight."""
+OTHER_WEIGHT = 0.15
+"""A claim about another metric (a `pp` gain while `tg` is optimised) says little about the primary."""
+
+
+def metric_kind(name: str) -> str | None:
+    """`pp` or `tg` when a metric's name says which llama-bench test it is (`pp512`, `tg128`,
+    `prompt_processing`, `decode_tps`), else None (a project whose metric is `throughput`)."""
+    spaced = re.sub(r"[_.]", " ", name)
+    pp, tg = bool(_PP.search(spaced)), bool(_TG.search(spaced))
+    return None if pp == tg else ("pp" if pp else "tg")
+
+
+def claim_weight(claim: Claim, primary: str | None) -> float:
+    """How much a claim says about the primary metric (its kind from `metric_kind`): 1 for a claim on
+    it (or on anything, when the primary is of no known kind), less for one naming no metric, little
+    for one on another metric."""
+    if primary is None or claim.metric == primary:
+        return 1.0
+    return UNNAMED_WEIGHT if claim.metric is None else OTHER_WEIGHT
+
+
+def best_claim(claims: Iterable[Claim], primary: str | None) -> Claim | None:
+    """The claim that best supports a gain of the primary metric (weight, then effect), or None."""
+    scored = [(claim_weight(c, primary), c.effect, i, c) for i, c in enumerate(claims)]
+    return max(scored, key=lambda s: (s[0] * min(s[1], CAPPED_EFFECT), -s[2]))[3] if scored else None
+
+
+def expected_effect(claims: Iterable[Claim], primary: str | None) -> float | None:
+    """The gain of the primary metric a commit claims (capped), or None: a claim about another metric
+    is no claim about this one (a +30% `pp` is not +30% on `tg`)."""
+    kept = [c for c in claims if claim_weight(c, primary) > OTHER_WEIGHT]
+    best = best_claim(kept, primary)
+    return None if best is None else min(best.effect, CAPPED_EFFECT)
+
+
+def claims_from_json(value: Any) -> list[Claim]:
+    """`commits.claims` as stored (a JSON list of {effect, metric, text, how}) back to Claims."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    if not isinstance(value, list):
+        return []
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("effect"), int | float):
+            metric = item.get("metric")
+            out.append(
+                Claim(
+                    float(item["effect"]),
+                    metric if metric in ("pp", "tg") else None,
+                    str(item.get("text") or ""),
+                    str(item.get("how") or "text"),
+                )
+            )
+    return out
+
+
+# --- the functions a diff touches -------------------------------------------------------------------
+
+_HUNK_CONTEXT = re.compile(r"^@@ [^@\n]* @@ ?(.*)$", re.MULTILINE)
+_CALL_NAME = re.compile(r"([A-Za-z_][\w]*(?:::~?[A-Za-z_]\w*)*)\s*\(")
+_DECL_NAME = re.compile(
+    r"(?:struct|class|union|enum|namespace)\s+([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?:\[|=|\{)"
+)
+# A top-level definition on a changed line: `+static void foo(int n) {`, `-template <int N> int bar(`.
+_DEFINITION = re.compile(
+    r"^[+-](?![+-])(?!\s)(?!#)(?:[\w:<>,*&~]+[ \t]+)+\**([A-Za-z_]\w*(?:::~?[A-Za-z_]\w*)*)\s*\([^;]*$",
+    re.MULTILINE,
+)
+_NOT_NAMES = frozenset(
+    {"if", "for", "while", "switch", "return", "sizeof", "defined", "catch", "__attribute__", "decltype",
+     "static_assert", "alignas", "alignof", "typedef", "else", "do", "case", "define", "GGML_UNUSED"}
+)  # fmt: skip
+
+
+def context_name(context: str) -> str | None:
+    """The function (or struct, table) a hunk header's context line names: `static void
+    ggml_compute_forward_mul_mat(` -> `ggml_compute_forward_mul_mat`."""
+    for m in _CALL_NAME.finditer(context):
+        name = m.group(1)
+        if name.rsplit("::", 1)[-1] not in _NOT_NAMES:
+            return name
+    decl = _DECL_NAME.search(context)
+    if decl:
+        name = decl.group(1) or decl.group(2)
+        return None if name in _NOT_NAMES else name
+    return None
+
+
+def touched_functions(diff: str, limit: int = 200) -> list[str]:
+    """Names of the functions a unified diff changes, in order: those its hunk headers name (git puts
+    the enclosing function there) and those defined on its changed lines."""
+    seen: dict[str, None] = {}
+    for m in _HUNK_CONTEXT.finditer(diff):
+        name = context_name(m.group(1))
+        if name:
+            seen.setdefault(name, None)
+    for m in _DEFINITION.finditer(diff):
+        name = m.group(1)
+        if name.rsplit("::", 1)[-1] not in _NOT_NAMES:
+            seen.setdefault(name, None)
+        if len(seen) >= limit:
+            break
+    return list(seen)[:limit]
+
+
+def base_name(symbol: str) -> str:
+    """A profiler's symbol as the function name a diff shows: arguments, template arguments, a clone
+    suffix and namespaces dropped (`ns::mul_mat<4>(int) [clone .lto]` -> `mul_mat`)."""
+    text = symbol.split(" [", 1)[0].strip()
+    depth, out = 0, []
+    for ch in text:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    name = "".join(out).strip().split()[-1] if "".join(out).strip() else text
+    return name.rsplit("::", 1)[-1].split(".", 1)[0] or text

@@ -28,9 +28,7 @@ class _Section(BaseModel):
     # has `nan` and `inf`, and nan passes every ge/le bound. Attribute docstrings become field
     # descriptions: `dump_settings` writes their first sentence as the comment above each key, so
     # the file and the code say the same thing.
-    model_config = ConfigDict(
-        extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
     @field_validator("*")
     @classmethod
@@ -209,6 +207,23 @@ class BudgetSettings(_Section):
 class HypothesesSettings(_Section):
     require_approval: bool = False
     """When true, mined and generated hypotheses wait in `proposed` until approved."""
+    skip_areas: list[str] = Field(default_factory=lambda: ["docs", "web", "server", "build", "ci"])
+    """Fork commits touching only these areas are not mined (still browsable as fork commits).
+    Areas: backend, core, model, app, server, web, python, tests, build, ci, docs, other."""
+    skip_other_backends: bool = True
+    """Fork commits with only other backends' files (CUDA-only for a CPU target) are not mined.
+    Such a commit may also touch tests, docs or build files, but no core, model or app code; it stays
+    browsable as a fork commit."""
+
+    @field_validator("skip_areas")
+    @classmethod
+    def _known_areas(cls, value: list[str]) -> list[str]:
+        from kb.commit_facts import AREAS
+
+        unknown = [a for a in value if a not in AREAS]
+        if unknown:
+            raise ValueError(f"unknown area {unknown[0]!r} (areas: {', '.join(AREAS)})")
+        return value
 
 
 class InventoryRule(_Section):

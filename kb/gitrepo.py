@@ -358,6 +358,130 @@ def apply_check(repo: git.Repo, commit: str, diff: str, *, reverse: bool = False
     return err.strip() or f"git apply exited {code}"
 
 
+_FAILED_PATH = re.compile(
+    r"^error: (?:patch failed: (?P<a>.+?):\d+|(?P<b>.+?): (?:patch does not apply|does not exist in index"
+    r"|already exists in index|does not match index|No such file or directory|wrong type|"
+    r"cannot apply binary patch to '.*' without full index line|binary patch does not apply to .*))$"
+)
+
+
+def apply_check_many(
+    repo: git.Repo, commit: str, diffs: list[tuple[str, list[str]]], *, batch: int = 200
+) -> list[str | None]:
+    """`apply_check` for many (diff, the paths it touches) at once: None or git's error per diff.
+
+    Diffs touching disjoint files are checked together in one `git apply --check` against one
+    throw-away index of `commit` (a batch applies as a whole exactly when each of its diffs does,
+    since none touches another's files); when a batch fails, git names the failing paths and their
+    diffs are checked alone for their own error text (so are all of the batch's when a message
+    names no path). Thousands of fork commits cost a few dozen git processes, not thousands."""
+    import tempfile
+
+    results: list[str | None] = [None] * len(diffs)
+    with tempfile.TemporaryDirectory(prefix="autoresearch-apply-") as tmp:
+        env = {"GIT_INDEX_FILE": f"{tmp}/index"}
+        code, _, err = _git(repo, "read-tree", commit, env=env)
+        if code != 0:
+            raise UserError(f"{commit}: cannot read tree ({err.strip().splitlines()[-1:]})")
+
+        def check(text: str) -> str | None:
+            rc, _, error = _git(repo, "apply", "--check", "--cached", "-", input_text=text, env=env)
+            return None if rc == 0 else (error.strip() or f"git apply exited {rc}")
+
+        for group in _disjoint_batches(diffs, batch):
+            if len(group) == 1:
+                results[group[0]] = check(diffs[group[0]][0])
+                continue
+            error = check("".join(_ending(diffs[i][0]) for i in group))
+            if error is None:
+                continue
+            owner = {path: i for i in group for path in diffs[i][1]}
+            named: set[int] = set()
+            for line in error.splitlines():
+                m = _FAILED_PATH.match(line)
+                path = (m.group("a") or m.group("b")) if m else None
+                if path is None or path not in owner:
+                    named = set(group)  # a message we cannot attribute: check each alone
+                    break
+                named.add(owner[path])
+            for i in sorted(named):
+                results[i] = check(diffs[i][0])
+    return results
+
+
+def _ending(diff: str) -> str:
+    return diff if diff.endswith("\n") else diff + "\n"
+
+
+def _disjoint_batches(diffs: list[tuple[str, list[str]]], size: int) -> list[list[int]]:
+    """Indexes of `diffs` in groups of at most `size` whose diffs touch no file in common."""
+    groups: list[tuple[list[int], set[str]]] = []
+    for i, (_, paths) in enumerate(diffs):
+        touched = set(paths)
+        for members, files in groups:
+            if len(members) < size and not (files & touched):
+                members.append(i)
+                files |= touched
+                break
+        else:
+            groups.append(([i], touched))
+    return [members for members, _ in groups]
+
+
+@dataclass(frozen=True)
+class ThreeWay:
+    """A fork commit merged onto another commit by a three-way merge (`three_way`)."""
+
+    diff: str | None
+    """The change as a diff against `onto` when it merged cleanly, else None."""
+    conflicts: list[str]
+    """Paths left with conflicts (empty when it merged)."""
+    error: str
+    """git's account of what failed (empty when it merged)."""
+
+
+def three_way(repo: git.Repo, onto: str, diff: str, *, commit: str | None = None) -> ThreeWay:
+    """Apply a fork commit's change onto `onto` with a three-way merge whose base is the commit's
+    parent in the fork: for each file, the parent's version (the diff's preimage blob), `onto`'s and
+    the commit's are merged, as `git apply --3way` does, against a throw-away index (no work tree:
+    the mirror is bare, and a killed process leaves nothing behind).
+
+    With `commit` (present in this repository, as a fetched fork's commits are), its diff against its
+    first parent is taken again with full blob names, so a stored diff cut at a size cap or with
+    ambiguous short names does not matter; else `diff` is used as it is."""
+    import tempfile
+
+    if commit is not None and has_commit(repo, commit):
+        code, fresh, _ = _git(
+            repo, "diff-tree", "-p", "--full-index", "--binary", "--no-color", "--no-ext-diff",
+            "--no-renames", f"{commit}^", commit,
+        )  # fmt: skip
+        if code == 0 and fresh.strip():
+            diff = fresh
+    with tempfile.TemporaryDirectory(prefix="autoresearch-3way-") as tmp:
+        env = {"GIT_INDEX_FILE": f"{tmp}/index"}
+        code, _, err = _git(repo, "read-tree", onto, env=env)
+        if code != 0:
+            raise UserError(f"{onto}: cannot read tree ({err.strip().splitlines()[-1:]})")
+        code, _, err = _git(
+            repo, "apply", "--3way", "--cached", "--whitespace=nowarn", "-", input_text=diff, env=env
+        )
+        _, unmerged, _ = _git(repo, "ls-files", "-u", "-z", env=env)
+        paths = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+        if code != 0 or paths:
+            return ThreeWay(None, paths, err.strip() or f"git apply --3way left conflicts (exit {code})")
+        # --missing-ok: the merge keeps the baseline's other entries as they are; one whose blob a
+        # partial copy of the repository lacks (a snapshot without its biggest files) is not its business.
+        code, tree, err = _git(repo, "write-tree", "--missing-ok", env=env)
+        if code != 0:
+            return ThreeWay(None, [], f"git write-tree: {err.strip() or f'exit {code}'}")
+        tree = tree.strip()
+    merged = run(repo, "diff-tree", "-p", "--no-color", "--no-ext-diff", "--binary", onto, tree)
+    if not merged.strip():
+        return ThreeWay(None, [], "the three-way merge changes nothing: the baseline has the change already")
+    return ThreeWay(merged, [], "")
+
+
 def show_file(repo: git.Repo, commit: str, path: str) -> str | None:
     """A file's text at a commit, or None if it does not exist there."""
     code, out, _ = _git(repo, "show", f"{commit}:{path}")

@@ -600,6 +600,70 @@ INSERT INTO evidence_stem_fts (evidence_stem_fts) VALUES ('rebuild')
     )
 
 
+@migration
+@rebuilds_tables
+def m008_hypothesis_queue(db: sqlite_utils.Database) -> None:
+    """A queue a person can work at thousands of hypotheses: rank, families, ports, a profile.
+
+    - `hypotheses.status` gains `needs_port`: a fork commit that conflicts with the baseline even
+      with a three-way merge waits there for the patch writer (the table is rebuilt, ids kept);
+    - `rank` (relevance to the target, 0-100, NULL until ranked) and `rank_why` (JSON: its
+      components and what they were computed from), set by runner/rank.py;
+    - `family`: the id of the first hypothesis of a series of fork commits on the same functions or
+      files (NULL for one alone); the family's best member runs first, the others wait behind it;
+    - `priority_set`: 1 once a person set the priority (`hypotheses prioritize`, the TUI's +/-),
+      which then orders the queue before the rank;
+    - `baseline_profiles`: the `PROFILE <symbol>=<share>` lines the benchmark printed on a baseline.
+    """
+    _sql(
+        db,
+        """
+CREATE TABLE hypotheses_new (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    rationale TEXT NOT NULL DEFAULT '',
+    expected_effect REAL,     -- relative improvement of the primary metric, 0.03 = +3%
+    risk TEXT,
+    confidence REAL,
+    cost REAL,
+    priority REAL NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'proposed'
+        CHECK (status IN ('proposed', 'approved', 'rejected', 'patched', 'unpatchable', 'needs_port')),
+    origin TEXT NOT NULL DEFAULT 'manual',  -- manual, miner:gap, miner:fork, llm, import
+    dedupe_key TEXT,          -- miners: idempotence key
+    llm_call_id INTEGER REFERENCES llm_calls (id),
+    notes TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    rank REAL,                -- relevance to the target, 0-100 (runner/rank.py); NULL until ranked
+    rank_why TEXT,            -- JSON: the rank's components, backends, functions
+    family INTEGER,           -- id of the first hypothesis of its family of fork commits; NULL alone
+    priority_set INTEGER NOT NULL DEFAULT 0  -- 1: a person set the priority; it orders before rank
+);
+INSERT INTO hypotheses_new (id, title, rationale, expected_effect, risk, confidence, cost, priority,
+                            status, origin, dedupe_key, llm_call_id, notes, created_at, updated_at)
+    SELECT id, title, rationale, expected_effect, risk, confidence, cost, priority, status, origin,
+           dedupe_key, llm_call_id, notes, created_at, updated_at FROM hypotheses;
+DROP TABLE hypotheses;
+ALTER TABLE hypotheses_new RENAME TO hypotheses;
+CREATE UNIQUE INDEX hypotheses_dedupe ON hypotheses (dedupe_key) WHERE dedupe_key IS NOT NULL;
+CREATE INDEX hypotheses_status ON hypotheses (status, priority);
+CREATE INDEX hypotheses_rank ON hypotheses (rank);
+CREATE INDEX hypotheses_family ON hypotheses (family, rank) WHERE family IS NOT NULL;
+
+CREATE TABLE baseline_profiles (
+    baseline_commit TEXT NOT NULL,
+    symbol TEXT NOT NULL,     -- as the benchmark printed it (PROFILE <symbol>=<share>)
+    share REAL NOT NULL,      -- median share of the profile across the calls, 0-1
+    calls INTEGER NOT NULL,   -- benchmark calls that printed it
+    source TEXT NOT NULL,     -- validate, self_test, ...
+    created_at REAL NOT NULL,
+    PRIMARY KEY (baseline_commit, symbol)
+)
+""",
+    )
+
+
 def applied(db: sqlite_utils.Database) -> set[str]:
     if "_migrations" not in db.table_names():
         return set()

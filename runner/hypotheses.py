@@ -3,7 +3,9 @@
 Everything that adds to or steers the queue (the CLI's `queue add`, the miners, the LLM research
 phase, the TUI through commands) goes through these functions, so statuses and provenance stay
 consistent. Statuses are those of DESIGN.md: proposed -> approved | rejected; an approved
-hypothesis without a patch goes to the patch writer -> patched | unpatchable.
+hypothesis without a patch goes to the patch writer -> patched | unpatchable; a fork commit that
+conflicts with the baseline even with a three-way merge waits as `needs_port` until the patch writer
+ports it (then it is `proposed`, like a mined commit that applies).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import sqlite_utils
 
 from kb.db import insert, now, one, rows, transaction, update
 from kb.errors import UserError
+from runner.vocabulary import HYPOTHESIS_STATUSES
 
-HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable"]
-STATUSES: tuple[str, ...] = ("proposed", "approved", "rejected", "patched", "unpatchable")
+HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable", "needs_port"]
+STATUSES: tuple[str, ...] = HYPOTHESIS_STATUSES
 PatchAuthor = Literal["manual", "fork_commit", "llm"]
 
 _DIFF_PATH = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(.+?)\s*$", re.MULTILINE)
@@ -37,6 +40,9 @@ class Hypothesis:
     expected_effect: float | None
     risk: str | None
     created_at: float
+    rank: float | None = None
+    priority_set: bool = False
+    """A person set the priority (it orders the queue before the rank)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Hypothesis:
@@ -50,6 +56,8 @@ class Hypothesis:
             expected_effect=row["expected_effect"],
             risk=row["risk"],
             created_at=row["created_at"],
+            rank=row.get("rank"),
+            priority_set=bool(row.get("priority_set")),
         )
 
 
@@ -101,9 +109,7 @@ def add_hypothesis(
     if not title.strip():
         raise UserError("hypothesis title: must not be empty")
     with transaction(db):
-        if dedupe_key is not None and one(
-            db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key]
-        ):
+        if dedupe_key is not None and one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key]):
             return None
         stamp = now()
         hid = insert(
@@ -175,6 +181,8 @@ def add_patch(
         # A patch moves an approved hypothesis on; a proposed one stays proposed until approved.
         if hyp.status in ("approved", "unpatchable"):
             set_status(db, hypothesis_id, "patched")
+        elif hyp.status == "needs_port" and apply_status == "ok":
+            set_status(db, hypothesis_id, "proposed")  # ported: as a fork commit that applies
     return pid
 
 
@@ -200,19 +208,40 @@ def approval_status(db: sqlite_utils.Database, hypothesis_id: int) -> Hypothesis
 
 
 def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:
+    """A person's priority: above 0 the hypothesis goes before the ranked queue, at 0 or below after
+    it (runner/queue_query.py)."""
     get(db, hypothesis_id)
-    update(db, "hypotheses", hypothesis_id, {"priority": priority, "updated_at": now()})
+    update(db, "hypotheses", hypothesis_id, {"priority": priority, "priority_set": 1, "updated_at": now()})
+
+
+def clear_priority(db: sqlite_utils.Database, hypothesis_id: int) -> None:
+    """Drop a person's priority: the hypothesis goes back to its place by rank."""
+    get(db, hypothesis_id)
+    update(db, "hypotheses", hypothesis_id, {"priority_set": 0, "updated_at": now()})
+
+
+def stepped_priority(hyp: Hypothesis, delta: float) -> float:
+    """The TUI's `+`/`-` on a hypothesis: a step from a person's priority, or for one no person set,
+    a step from 0, so `+` puts it before the ranked queue and `-` after it."""
+    start = (
+        hyp.priority
+        if hyp.priority_set
+        else (max(hyp.priority, 0.0) if delta > 0 else min(hyp.priority, 0.0))
+    )
+    return round(start + delta, 6)
 
 
 def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
-    return one(
-        db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id]
-    )
+    return one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
 
 
 def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[str, Any]]:
-    """Patches ready for a wave, best first: the latest patch of each hypothesis that may run and has
-    no finished or live experiment for that patch yet."""
+    """Patches ready for a wave, in the queue order (a person's priority first, then the rank, a
+    family's leader before the members waiting behind it: runner/queue_query.py): the latest patch of
+    each hypothesis that may run and has no finished or live experiment for that patch yet. A
+    hypothesis waiting as `needs_port` never runs."""
+    from runner.queue_query import QUEUE_ORDER
+
     allowed: Sequence[str] = (
         ("approved", "patched") if require_approval else ("proposed", "approved", "patched")
     )
@@ -220,16 +249,16 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
     return rows(
         db,
         f"""
-        SELECT p.*, h.title AS hypothesis_title, h.priority AS priority
+        SELECT p.*, h.title AS hypothesis_title, h.priority AS priority, h.rank AS rank
         FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
-        WHERE h.status IN ({marks})
+        WHERE h.status IN ({marks}) AND h.status != 'needs_port'
           AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
           -- a patch known not to apply on the baseline waits for the patch writer to rebase it
           AND coalesce(p.apply_status, 'unchecked') != 'conflict'
           AND NOT EXISTS (
               -- a lost experiment is re-queued as a new one, so it does not count here
               SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')
-        ORDER BY h.priority DESC, h.id
+        ORDER BY {QUEUE_ORDER}
         """,
         list(allowed),
     )

@@ -63,3 +63,12 @@ def workspace(tmp_path: Path, target_repo: Path):  # type: ignore[no-untyped-def
     from kb.init import TargetSpec, create_workspace
 
     return create_workspace(tmp_path / "ws", TargetSpec(location=str(target_repo)))
+
+
+@pytest.fixture(scope="session")
+def queue_template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """5,000 mined fork-commit hypotheses on repositories built for it (tests/runner/queue_support.py),
+    made once per session; tests copy it (`copy_queue`)."""
+    from tests.runner.queue_support import mined_queue
+
+    return mined_queue(tmp_path_factory.mktemp("queue"))

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kb.errors import UserError
+from runner import vocabulary as _vocabulary
 
 if TYPE_CHECKING:
     import sqlite_utils
 
     from kb.search import Evidence, SearchHit
+    from runner.queue_query import QueueFilter, QueueRow
     from runner.record.history import DecisionInfo, ExperimentInfo, RunInfo, Sample, WaveInfo
     from runner.record.redecide import RedecideResult
 
@@ -522,7 +524,8 @@ def evidence(db: sqlite_utils.Database, evidence_id: int) -> Evidence:
 
 # --- hypotheses ---------------------------------------------------------------------------------
 
-HYPOTHESIS_STATUSES = ("proposed", "approved", "rejected", "patched", "unpatchable")
+HYPOTHESIS_STATUSES = _vocabulary.HYPOTHESIS_STATUSES
+HYPOTHESIS_SORTS = _vocabulary.SORTS
 _SOURCE_OF_KIND = {"passage": "paper", "commit": "fork", "gap": "gap", "fusion": "gap", "single_op": "gap"}
 
 
@@ -543,6 +546,17 @@ class HypothesisRow:
     expected_effect: float | None
     outcome: str | None
     """Its latest experiment's status."""
+    rank: float | None = None
+    priority_set: bool = False
+    """A person set the priority (it orders the queue before the rank)."""
+    family: int | None = None
+    family_size: int = 1
+    waits_behind: int | None = None
+    """The family member it waits behind (None: it does not wait)."""
+    why: str = ""
+    """The rank's two weightiest reasons, in one line."""
+    rank_lines: tuple[str, ...] = ()
+    """Every part of the rank, one line each (runner.rank.explain)."""
 
 
 @dataclass(frozen=True)
@@ -592,56 +606,80 @@ def _patch_info(p: dict[str, Any] | None) -> PatchInfo | None:
     )
 
 
-_HYP_SQL = """
-SELECT h.id, h.title, h.status, h.priority, h.origin, h.expected_effect,
-    (SELECT x.status FROM experiments x
-     WHERE x.hypothesis_id = h.id OR x.patch_id IN (SELECT p.id FROM patches p WHERE p.hypothesis_id = h.id)
-     ORDER BY x.id DESC LIMIT 1) AS outcome,
-    (SELECT group_concat(ev.kind) FROM hypothesis_evidence he JOIN evidence ev ON ev.id = he.evidence_id
-     WHERE he.hypothesis_id = h.id) AS cites
-FROM hypotheses h
-"""
+def _hyp_row(r: QueueRow) -> HypothesisRow:
+    from runner.rank import explain, summary
 
-
-def _hyp_row(r: dict[str, Any]) -> HypothesisRow:
-    cites = [k for k in (r["cites"] or "").split(",") if k]
     return HypothesisRow(
-        id=r["id"],
-        title=r["title"],
-        status=r["status"],
-        priority=float(r["priority"]),
-        origin=r["origin"],
-        source=source_kind(r["origin"], cites),
-        expected_effect=r["expected_effect"],
-        outcome=r["outcome"],
+        id=r.id,
+        title=r.title,
+        status=r.status,
+        priority=r.priority,
+        origin=r.origin,
+        source=source_kind(r.origin, r.cites),
+        expected_effect=r.expected_effect,
+        outcome=r.outcome,
+        rank=r.rank,
+        priority_set=r.priority_set,
+        family=r.family,
+        family_size=r.family_size,
+        waits_behind=r.waits_behind,
+        why=summary(r.rank_why, 200) if r.rank_why else "",
+        rank_lines=tuple(explain(r.rank_why)) if r.rank_why else (),
     )
 
 
 def hypotheses(
-    db: sqlite_utils.Database, status: str | None = None, offset: int = 0, limit: int = PAGE_SIZE
+    db: sqlite_utils.Database,
+    status: str | None = None,
+    offset: int = 0,
+    limit: int = PAGE_SIZE,
+    filters: QueueFilter | None = None,
 ) -> Page[HypothesisRow]:
-    """The queue, highest priority first (the order the runner takes them in)."""
-    if status is not None and status not in HYPOTHESIS_STATUSES:
-        raise UserError(f"status {status!r}: must be one of {', '.join(HYPOTHESIS_STATUSES)}")
-    where, params = ("WHERE h.status = ?", [status]) if status else ("", [])
-    total = _count(db, f"SELECT count(*) FROM hypotheses h {where}", params)
-    offset = clamp_offset(offset, total, limit)
-    # Page the ids first: the per-row subqueries then run for this page only.
-    found = rows(
-        db,
-        _HYP_SQL + f" JOIN (SELECT id FROM hypotheses h {where} ORDER BY h.priority DESC, h.id"
-        " LIMIT ? OFFSET ?) page ON page.id = h.id ORDER BY h.priority DESC, h.id",
-        [*params, limit, offset],
+    """The queue in the order the runner takes it (or the filter's sort), one page: the same query
+    as `autoresearch hypotheses list` (runner.queue_query). `status` narrows `filters` when given."""
+    from dataclasses import replace
+
+    from runner.queue_query import QueueFilter, queue_page
+
+    flt = filters or QueueFilter()
+    if status is not None:
+        flt = replace(flt, status=status)
+    page = queue_page(db, flt, offset=offset, limit=limit)
+    return Page([_hyp_row(r) for r in page.rows], page.offset, limit, page.total)
+
+
+def parse_filter(text: str, sort: str = "rank", status: str | None = None) -> QueueFilter:
+    """The Hypotheses pane's filter bar: `status:proposed backend:cpu path:ggml/src/iqk repack` ->
+    a QueueFilter (the words left over search titles, rationales and the evidence cited)."""
+    from runner.queue_query import QueueFilter
+
+    keys = {"status", "outcome", "origin", "path", "backend"}
+    found: dict[str, str] = {}
+    words: list[str] = []
+    for token in text.split():
+        key, sep, value = token.partition(":")
+        if sep and key in keys and value:
+            found[key] = value
+        else:
+            words.append(token)
+    flt = QueueFilter(
+        status=found.get("status", status),
+        outcome=found.get("outcome"),
+        origin=found.get("origin"),
+        path=found.get("path"),
+        backend=found.get("backend"),
+        search=" ".join(words) or None,
+        sort=sort,
     )
-    return Page([_hyp_row(r) for r in found], offset, limit, total)
+    flt.check()
+    return flt
 
 
 def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetail:
+    from runner.queue_query import queue_row
     from runner.record import history
 
-    r = one(db, _HYP_SQL + " WHERE h.id = ?", [hypothesis_id])
-    if r is None:
-        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    r = queue_row(db, hypothesis_id)
     extra = one(db, "SELECT rationale, risk, confidence, notes FROM hypotheses WHERE id = ?", [hypothesis_id])
     assert extra is not None
     links = [
@@ -719,12 +757,14 @@ def reject(db: sqlite_utils.Database, hypothesis_id: int) -> str:
 
 
 def change_priority(db: sqlite_utils.Database, hypothesis_id: int, delta: float) -> float:
-    """Raise (delta > 0) or lower a hypothesis's priority; returns the new priority."""
+    """Raise (delta > 0) or lower a hypothesis's priority, as a person's (it then orders the queue
+    before the rank: `+` puts one no person set before the ranked queue, `-` after it); returns the
+    new priority."""
     from runner import hypotheses as queue
 
     with transaction(db):
         hyp = queue.get(db, hypothesis_id)
-        new = round(hyp.priority + delta, 6)
+        new = queue.stepped_priority(hyp, delta)
         queue.set_priority(db, hypothesis_id, new)
         log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority {new} (tui)")
     return new

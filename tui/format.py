@@ -54,6 +54,7 @@ RICH_STATUS_COLOURS: dict[str, str] = {
     "rejected": "grey50",
     "patched": "bold green",
     "unpatchable": "yellow",
+    "needs_port": "magenta",
     "paused": "yellow",
     "finished": "green",
     "failed": "red",

@@ -5,6 +5,10 @@ value a finite decimal number and nothing else. `nan`, `inf`, `12 t/s` or an emp
 rejected (the caller logs a warning event), never read as 0. A line is a metric attempt when it
 starts with `METRIC` and whitespace; anything else on stdout is log.
 
+Optionally `autoresearch.sh` also prints `PROFILE <symbol>=<share>`: the share (a fraction, 0-1) of
+the benchmark's time spent in a function, from a profiler (`perf report`). They are no samples: they
+are recorded with the baseline (runner/profile.py) and rank the hypotheses that touch hot functions.
+
 A job runs the rendered `run` of runner/harness/experiment.yaml, which prints markers
 `@@AR <nonce> <time> <KIND> ...` around every step, and runs every step through the harness
 (runner/harness/harness.sh). `LogParser` turns the job log into phases, per-invocation samples, the
@@ -99,6 +103,48 @@ def plain_number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+_PROFILE_START = re.compile(r"PROFILE\s")
+
+
+@dataclass(frozen=True)
+class ProfileShare:
+    """A `PROFILE <symbol>=<share>` line: the fraction of the benchmark's time in one function."""
+
+    symbol: str
+    share: float
+
+
+def parse_profile_line(line: str) -> ProfileShare | Rejected | None:
+    """One stdout line: a ProfileShare, a Rejected profile attempt, or None when it is not one.
+
+    The symbol is anything up to the last `=` (C++ names hold spaces, `::` and `<>`); the share a
+    plain number from 0 to 1."""
+    line = line.rstrip("\r\n")
+    if not _PROFILE_START.match(line):
+        return None
+    symbol, sep, value = line[len("PROFILE") :].strip().rpartition("=")
+    symbol, value = symbol.strip(), value.strip()
+    if not sep or not symbol:
+        return Rejected(line, "a PROFILE line is `PROFILE <symbol>=<share>`")
+    if len(symbol) > 500 or not symbol.isprintable():
+        return Rejected(line, "profile symbol: at most 500 printable characters")
+    share = plain_number(value)
+    if share is None or not 0.0 <= share <= 1.0:
+        return Rejected(line, f"profile {symbol}: {value!r} is not a share between 0 and 1")
+    return ProfileShare(symbol, share)
+
+
+@dataclass(frozen=True)
+class ProfileSample:
+    """A PROFILE line printed inside one benchmark invocation."""
+
+    pair: int
+    side: Side
+    symbol: str
+    share: float
+    line: int
+
+
 # --- job logs --------------------------------------------------------------------------------------
 
 
@@ -160,6 +206,9 @@ class LogState:
     violation: str | None = None
     """The first inconsistency of the markers (a forgery): the job's samples cannot be trusted."""
     lines: int = 0
+    profile: list[ProfileSample] = field(default_factory=list)
+    """PROFILE lines printed inside benchmark invocations (optional; see parse_profile_line)."""
+    profile_rejected: list[tuple[int, Rejected]] = field(default_factory=list)
 
 
 class LogParser:
@@ -234,7 +283,17 @@ class LogParser:
                 self._samples.append(Sample(pair, side, found.name, seq, found.value, number))
             elif isinstance(found, Rejected):
                 self._rejected.append((number, found))
+            else:
+                self._profile_line(number, text)
         return None
+
+    def _profile_line(self, number: int, text: str) -> None:
+        found = parse_profile_line(text)
+        if isinstance(found, ProfileShare) and self._open is not None:
+            pair, side = self._open[0], self._open[1]
+            self.state.profile.append(ProfileSample(pair, side, found.symbol, found.share, number))
+        elif isinstance(found, Rejected):
+            self.state.profile_rejected.append((number, found))
 
     def _marker(self, line: int, at: float | None, kind: str, args: list[str]) -> Invocation | None:
         state = self.state

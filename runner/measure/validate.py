@@ -90,6 +90,8 @@ class Call:
     """Malformed METRIC lines, with the reason."""
     tail: list[str] = field(default_factory=list)
     """Its last output lines (kept when it failed)."""
+    profile: dict[str, float] = field(default_factory=dict)
+    """Its PROFILE lines: symbol -> share of the call's time (optional; runner/profile.py)."""
 
 
 @dataclass
@@ -333,6 +335,9 @@ def _calls(job: _Job) -> list[Call]:
                     break
             call.samples.append(Sample(s.metric, s.value, text, source))
         call.rejected = [f"{r.text.strip()[:160]}: {r.reason}" for _line, r in inv.rejected]
+        call.profile = {
+            p.symbol: p.share for p in job.state.profile if (p.pair, p.side) == (inv.pair, inv.side)
+        }
         if inv.rc != 0 or not inv.samples:
             call.tail = _tail(job.lines, first, step.last_line if step else None)
         out.append(call)

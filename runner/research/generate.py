@@ -409,6 +409,10 @@ def generate(
     )
     report.call_ids.append(answer.call_id)
     _record(db, answer.value.hypotheses[:n], answer.call_id, report)
+    if report.added:
+        from runner.rank import rerank
+
+        rerank(ws, db, ids=report.added)  # their place in the queue
     with transaction(db):
         log_event(
             db,

@@ -1,9 +1,11 @@
 """The patch writer: a model turns a hypothesis into a unified diff that applies to the baseline.
 
 For each hypothesis without a usable patch (none yet, or a fork patch that conflicts with the
-baseline), the model gets the hypothesis, its evidence and the relevant target files (those the
-evidence names, and those a search of the baseline tree finds for the identifiers involved), and
-answers with a diff. The diff is checked with `git apply --check` against the baseline; on failure the
+baseline even with a three-way merge: `needs_port`), the model gets the hypothesis, its evidence and
+the relevant target files (those the evidence names, and those a search of the baseline tree finds
+for the identifiers involved), and answers with a diff. To port a fork commit it also gets the fork's
+diff and each function the commit changes, as the fork has it and as the baseline has it
+(runner/research/port.py). The diff is checked with `git apply --check` against the baseline; on failure the
 error and the current text around the failing lines go back to the model, up to N attempts. A diff
 touching a protected path (benchmark, checks, `target.protect`) is refused: the hypothesis becomes
 `unpatchable` with the reason in its notes.
@@ -25,6 +27,7 @@ from runner import prompting
 from runner.harness import patchpaths
 from runner.harness.patchpaths import protected_paths, refusal
 from runner.hypotheses import add_note, add_patch, diff_files, evidence_of, get, latest_patch, set_status
+from runner.research.port import PortContext, port_context
 
 if TYPE_CHECKING:
     import git
@@ -113,22 +116,22 @@ def _check_answer(answer: PatchAnswer) -> None:
 
 
 def pending(db: sqlite_utils.Database, settings: Settings) -> list[int]:
-    """Hypotheses the patch writer should work on: allowed to run, and without a patch that applies."""
-    statuses = ("approved",) if settings.hypotheses.require_approval else ("approved", "proposed")
+    """Hypotheses the patch writer should work on, in the queue order: allowed to run (or waiting as
+    `needs_port`; with hypotheses.require_approval, once a person approved it), and without a patch
+    that applies."""
+    from runner.queue_query import queue_ids
+
+    strict = settings.hypotheses.require_approval
+    statuses: tuple[str, ...] = ("approved",) if strict else ("approved", "proposed", "needs_port")
     marks = ", ".join("?" for _ in statuses)
-    return [
-        r["id"]
-        for r in rows(
-            db,
-            f"""
-            SELECT h.id FROM hypotheses h
-            LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-            WHERE h.status IN ({marks}) AND (p.id IS NULL OR p.apply_status = 'conflict')
-            ORDER BY h.priority DESC, h.id
-            """,
-            list(statuses),
-        )
-    ]
+    return queue_ids(
+        db,
+        f"""
+        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+        WHERE h.status IN ({marks}) AND (p.id IS NULL OR p.apply_status = 'conflict')
+        """,
+        list(statuses),
+    )
 
 
 def _window(text: str, line: int, around: int = WINDOW_LINES) -> str:
@@ -177,6 +180,8 @@ class _Context:
     references: list[tuple[str, str]]
     """Read-only excerpts (other backends' kernels): (label, text)."""
     terms: list[str]
+    port: PortContext | None = None
+    """For a fork commit to port: its functions in the fork and in the baseline."""
 
 
 def gather_files(
@@ -227,6 +232,11 @@ def gather_files(
         for path, _ in ranked:
             if path not in reference_files:
                 wanted.setdefault(path, None)
+    port = None
+    if patch is not None and patch["apply_status"] == "conflict":
+        port = port_context(repo, baseline, patch, diff_files(patch["diff"]))
+        # The baseline files that define the functions to port come first (they may have moved).
+        wanted = dict.fromkeys([*port.baseline_paths, *wanted])
     files: dict[str, str] = {}
     for path in wanted:
         if len(files) >= MAX_FILES:
@@ -236,7 +246,7 @@ def gather_files(
         text = gitrepo.show_file(repo, baseline, path)
         if text is not None:
             files[path] = _excerpt(text, terms)
-    return _Context(files=files, references=references, terms=terms)
+    return _Context(files=files, references=references, terms=terms, port=port)
 
 
 def _messages(
@@ -275,6 +285,25 @@ def _messages(
             + "\n"
             + prompting.block(nonce, "git-apply-error", patch["apply_error"] or "")
         )
+        if ctx.port is not None and ctx.port.functions:
+            parts.append(
+                "The functions the fork commit changes, as the fork has them after the commit and as the "
+                "baseline has them now (port the change into the baseline's version):\n"
+                + "\n\n".join(
+                    prompting.block(
+                        nonce,
+                        "fork-function" if label.startswith("fork") else "baseline-function",
+                        text,
+                        location=label.split(": ", 1)[1],
+                    )
+                    for label, text in ctx.port.functions
+                )
+            )
+        if ctx.port is not None and ctx.port.missing:
+            parts.append(
+                "The baseline defines none of these (new in the fork, or renamed): "
+                + ", ".join(ctx.port.missing)
+            )
     if evidence:
         parts.append("Evidence:\n" + evidence)
     for label, text in ctx.references:
@@ -334,8 +363,8 @@ def write_patch(
     repo = gitrepo.open_repo(ws.mirror_path)
     hyp = get(db, hypothesis_id)
     outcome = PatchOutcome(hypothesis_id=hypothesis_id, status="failed")
-    if hyp.status == "rejected":
-        outcome.status, outcome.reason = "skipped", "rejected"
+    if hyp.status in ("rejected", "unpatchable"):
+        outcome.status, outcome.reason = "skipped", hyp.status
         return outcome
     current = latest_patch(db, hypothesis_id)
     if current is not None and current["apply_status"] != "conflict":

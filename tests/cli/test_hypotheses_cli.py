@@ -53,16 +53,20 @@ def test_mine_list_show(tmp_path: Path) -> None:
     ]  # best first: the quant commit claims 12%
     assert listed[0]["apply_status"] == "ok" and listed[2]["apply_status"] == "conflict"
     table = run(ws, "hypotheses", "list").output
+    # The outcome (the latest experiment's status) next to the status, the rank, the family.
     assert table.splitlines()[0].split() == [
         "id",
         "status",
+        "outcome",
+        "rank",
         "priority",
         "origin",
         "effect",
         "patch",
-        "ev",
+        "family",
         "title",
     ]
+    assert "1-3 of 3 (sorted by rank)." in table
 
     gap_id = listed[1]["id"]
     shown = json.loads(run(ws, "hypotheses", "show", str(gap_id), "--json").output)
@@ -77,7 +81,9 @@ def test_steering_is_all_or_nothing(tmp_path: Path) -> None:
     ids = [h["id"] for h in json.loads(run(ws, "hypotheses", "list", "--json").output)]
     bad = run(ws, "hypotheses", "approve", str(ids[0]), "999")
     assert bad.exit_code == 1 and bad.output.strip() == "Error: hypothesis 999: no such hypothesis"
-    assert run(ws, "hypotheses", "list", "--status", "proposed", "--json").output.count('"id"') == 3
+    # The fork commit that conflicts even with a three-way merge waits as needs_port.
+    assert run(ws, "hypotheses", "list", "--status", "proposed", "--json").output.count('"id"') == 2
+    assert run(ws, "hypotheses", "list", "--status", "needs_port", "--json").output.count('"id"') == 1
 
     assert run(ws, "hypotheses", "approve", *map(str, ids)).exit_code == 0
     statuses = {h["id"]: h["status"] for h in json.loads(run(ws, "hypotheses", "list", "--json").output)}

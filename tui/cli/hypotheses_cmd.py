@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
+from runner.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 from tui.cli.common import echo_json, echo_table, json_option, workspace
-from tui.cli.params import ROW_ID, Number
+from tui.cli.params import MAX_INT, ROW_ID, Number
 
 _MODEL = click.option(
     "--model", default=None, help="litellm model string (default: llm.model in the config)."
@@ -48,13 +49,27 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     click.echo(
         f"Added {len(report.gap_added)} backend-gap and {len(report.fork_added)} fork-commit hypotheses"
         + (
-            f" ({len(report.conflicts)} fork patches do not apply to the baseline)"
+            f" ({len(report.conflicts)} fork patches do not apply to the baseline as they are: "
+            f"{len(report.rebased)} rebased by a three-way merge, {len(report.needs_port)} "
+            f"{'waits' if len(report.needs_port) == 1 else 'wait'} as needs_port)"
             if report.conflicts
             else ""
         )
     )
     if report.skipped:
         click.echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
+    if report.left_out:
+        top = sorted(report.left_out.items(), key=lambda kv: (-kv[1], kv[0]))
+        click.echo(
+            "Left out of the queue (browsable with `autoresearch kb commits`): "
+            + ", ".join(f"{what} {n}" for what, n in top[:12])
+            + (f", ... ({len(top) - 12} more kinds)" if len(top) > 12 else "")
+        )
+    if report.ranked:
+        click.echo(
+            f"Ranked {report.ranked['ranked']} hypotheses; {report.ranked['families']} families of fork "
+            f"commits on the same functions ({report.ranked['in_families']} hypotheses in them)"
+        )
     if not report.gap_added and not report.fork_added:
         for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
             click.echo(line)
@@ -71,6 +86,9 @@ _SKIP_HELP = {
     "protected_path": "fork commits that touch a protected path (the benchmark, checks, target.protect)",
     "truncated_diff": "fork commits whose diff was cut at kb.max_commit_diff_bytes",
     "empty_diff": "fork commits with no diff (merges)",
+    "not_target_backend": "fork commits that touch only other backends' files "
+    "(hypotheses.skip_other_backends)",
+    "skipped_area": "fork commits that touch only hypotheses.skip_areas (docs, web UI, server, build, ...)",
 }
 
 _FILL_QUEUE = (
@@ -219,69 +237,142 @@ def reflect(
     click.echo(note.get("body", ""))
 
 
-_LIST_SQL = """
-SELECT h.id, h.status, h.priority, h.origin, h.expected_effect, h.confidence, h.cost, h.title,
-       (SELECT count(*) FROM hypothesis_evidence he WHERE he.hypothesis_id = h.id) AS evidence,
-       p.id AS patch_id, p.apply_status
-FROM hypotheses h
-LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-{where}
-ORDER BY h.priority DESC, h.id
-"""
+_LIST_LIMIT = 50
 
 
 @cli.command("list")
+@click.option("--status", type=click.Choice(HYPOTHESIS_STATUSES), default=None, help="Only this status.")
 @click.option(
-    "--status",
-    type=click.Choice(["proposed", "approved", "rejected", "patched", "unpatchable"]),
+    "--outcome",
+    type=click.Choice(OUTCOMES),
     default=None,
-    help="Only hypotheses with this status.",
+    help="Only hypotheses whose latest experiment ended so (`none`: never measured).",
 )
+@click.option(
+    "--origin", default=None, help="miner:fork, miner:gap, llm, manual, import, or a part: miner, fork."
+)
+@click.option(
+    "--path", "path", default=None, help="A file or folder the patch or the cited fork commit touches."
+)
+@click.option("--backend", default=None, help="A compute backend it touches (cpu, cuda, metal, ...).")
+@click.option("--search", default=None, help="Words in the title or rationale, or in the evidence it cites.")
+@click.option(
+    "--sort",
+    type=click.Choice(SORTS),
+    default="rank",
+    show_default=True,
+    help="rank: the queue order (a person's priority first); priority; recent: newest first; effect.",
+)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=None, help="Rows per page (text: 50).")
+@click.option("--offset", type=click.IntRange(0, MAX_INT), default=0, show_default=True, help="Rows to skip.")
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, status: str | None, as_json: bool) -> None:
-    """The queue, best first."""
-    from kb.db import rows
+def list_(
+    ctx: click.Context,
+    status: str | None,
+    outcome: str | None,
+    origin: str | None,
+    path: str | None,
+    backend: str | None,
+    search: str | None,
+    sort: str,
+    limit: int | None,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """The queue, in the order the runner takes it (or --sort), filtered and paged.
 
+    Text shows 50 rows at a time (--limit, --offset); --json every matching row unless --limit."""
+    from runner.queue_query import QueueFilter, queue_page
+
+    flt = QueueFilter(status, outcome, origin, path, backend, search, sort)
     db = workspace(ctx).db()
-    found = rows(
-        db, _LIST_SQL.format(where="WHERE h.status = ?" if status else ""), [status] if status else []
-    )
+    page = queue_page(db, flt, offset=offset, limit=limit or (None if as_json else _LIST_LIMIT))
     if as_json:
-        echo_json(found)
+        echo_json([r.to_json() for r in page.rows])
         return
-    if not found:
-        if status:
-            click.echo(f"No hypotheses with status {status} (`autoresearch hypotheses list` shows them all).")
-            return
-        click.echo("No hypotheses. To fill the queue:")
-        click.echo(
-            "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
-            "(kb add-fork); no model needed"
-        )
-        click.echo(
-            "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
-        )
-        click.echo(
-            "  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)"
-        )
-        click.echo(_FILL_QUEUE)
+    if not page.rows:
+        _nothing_listed(flt)
         return
     echo_table(
-        ["id", "status", "priority", "origin", "effect", "patch", "ev", "title"],
+        ["id", "status", "outcome", "rank", "priority", "origin", "effect", "patch", "family", "title"],
         [
             [
-                h["id"],
-                h["status"],
-                f"{h['priority']:.2f}",
-                h["origin"],
-                "" if h["expected_effect"] is None else f"{h['expected_effect']:+.1%}",
-                "" if h["patch_id"] is None else f"{h['patch_id']}:{h['apply_status']}",
-                h["evidence"],
-                _short(h["title"], 60),
+                h.id,
+                h.status,
+                h.outcome or "-",
+                "-" if h.rank is None else f"{h.rank:.1f}",
+                f"{h.priority:.2f}" + ("*" if h.priority_set else ""),
+                h.origin,
+                "" if h.expected_effect is None else f"{h.expected_effect:+.1%}",
+                "" if h.patch_id is None else f"{h.patch_id}:{h.apply_status}",
+                _family(h),
+                _short(h.title, 60),
             ]
-            for h in found
+            for h in page.rows
         ],
+    )
+    _footer(page, flt)
+
+
+def _family(h: Any) -> str:
+    if h.family is None:
+        return ""
+    if h.waits_behind is not None:
+        return f"{h.family}/{h.family_size} waits #{h.waits_behind}"
+    return f"{h.family}/{h.family_size}"
+
+
+def _footer(page: Any, flt: Any) -> None:
+    first, last = page.offset + 1, page.offset + len(page.rows)
+    filters = f"; {flt.describe()}" if flt.describe() else ""
+    click.echo(f"\n{first:,}-{last:,} of {page.total:,} (sorted by {flt.sort}{filters}).", nl=False)
+    if page.remaining:
+        click.echo(f" {page.remaining:,} more: --offset {last} (--limit N for more per page).")
+    else:
+        click.echo("")
+    if any(h.priority_set for h in page.rows):
+        click.echo(
+            "* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it."
+        )
+    if any(h.waits_behind is not None for h in page.rows):
+        click.echo(
+            "family F/N: one of N fork commits on the same functions; `waits #ID`: it runs after every "
+            "hypothesis that does not wait, once #ID (its family's best) has been measured."
+        )
+
+
+def _nothing_listed(flt: Any) -> None:
+    if flt.describe():
+        click.echo(f"No hypotheses with {flt.describe()} (`autoresearch hypotheses list` shows them all).")
+        return
+    click.echo("No hypotheses. To fill the queue:")
+    click.echo(
+        "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
+        "(kb add-fork); no model needed"
+    )
+    click.echo(
+        "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
+    )
+    click.echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
+    click.echo(_FILL_QUEUE)
+
+
+@cli.command("rank")
+@json_option
+@click.pass_context
+def rank(ctx: click.Context, as_json: bool) -> None:
+    """Rank every hypothesis again and regroup the families (after a profile, a config change)."""
+    from runner.rank import rerank
+
+    ws = workspace(ctx)
+    report = rerank(ws, ws.db())
+    if as_json:
+        echo_json(report.to_json())
+        return
+    click.echo(
+        f"Ranked {report.ranked} hypotheses in {report.seconds:.2f} s; {report.families} families of fork "
+        f"commits on the same functions ({report.in_families} hypotheses in them)."
     )
 
 
@@ -313,6 +404,22 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     )
     for p in row["patches"]:
         p["files"] = json.loads(p["files"])
+    from runner.queue_query import queue_row
+
+    queued = queue_row(db, hypothesis_id)
+    row["rank_why"] = queued.rank_why
+    row["priority_set"] = queued.priority_set
+    row["outcome"] = queued.outcome
+    row["waits_behind"] = queued.waits_behind
+    row["family_members"] = (
+        rows(
+            db,
+            "SELECT id, status, rank, title FROM hypotheses WHERE family = ? ORDER BY rank DESC, id",
+            [row["family"]],
+        )
+        if row.get("family") is not None
+        else []
+    )
     return row
 
 
@@ -327,14 +434,17 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     if as_json:
         echo_json(h)
         return
-    click.echo(f"#{h['id']} [{h['status']}] {h['title']}")
+    outcome = f", outcome {h['outcome']}" if h["outcome"] else ""  # the latest experiment's status
+    click.echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
     effect = "?" if h["expected_effect"] is None else f"{h['expected_effect']:+.1%}"
+    who = " (set by a person: it orders the queue before the rank)" if h["priority_set"] else ""
     click.echo(
-        f"priority {h['priority']:.2f}  origin {h['origin']}  expected {effect}  "
+        f"priority {h['priority']:.2f}{who}  origin {h['origin']}  expected {effect}  "
         f"confidence {h['confidence'] if h['confidence'] is not None else '?'}  "
         f"cost {h['cost'] if h['cost'] is not None else '?'}"
         + (f"  llm call {h['llm_call_id']}" if h["llm_call_id"] else "")
     )
+    _show_rank(h)
     if h["risk"]:
         click.echo(f"risk: {h['risk']}")
     click.echo(f"\n{h['rationale']}\n")
@@ -353,6 +463,33 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
             click.echo(f"  {_short(p['apply_error'], 200)}")
     if h["notes"]:
         click.echo(f"\nNotes:\n{h['notes']}")
+
+
+def _show_rank(h: dict[str, Any]) -> None:
+    from runner.rank import explain
+
+    if h["rank"] is None:
+        click.echo("rank: not ranked yet (`autoresearch hypotheses rank`)")
+    else:
+        click.echo(f"rank {h['rank']:.1f} of 100: relevance to the target")
+        for line in explain(h["rank_why"]):
+            click.echo(f"  {line}")
+    members = h["family_members"]
+    if members:
+        lead = next((m for m in members if m["id"] == h["waits_behind"]), None)
+        role = (
+            f"waits behind #{lead['id']} (its best open member) until that one is measured"
+            if lead
+            else "leads it (the best open member runs first)"
+        )
+        click.echo(
+            f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}"
+        )
+        for m in members[:10]:
+            rank = "-" if m["rank"] is None else f"{m['rank']:.1f}"
+            click.echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")
+        if len(members) > 10:
+            click.echo(f"  ... {len(members) - 10} more (`hypotheses list` shows the family column)")
 
 
 def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
@@ -388,17 +525,27 @@ def reject(ctx: click.Context, ids: tuple[int, ...]) -> None:
     _steer(ctx, ids, "reject")
 
 
-@cli.command("prioritize")
+@cli.command("prioritize", context_settings={"ignore_unknown_options": True})  # `prioritize 7 -1`
 @click.argument("hypothesis_id", type=ROW_ID)
-@click.argument("priority", type=Number())
+@click.argument("priority", type=Number(), required=False, metavar="PRIORITY")
+@click.option("--clear", is_flag=True, help="Drop the priority a person set: back to its place by rank.")
 @click.pass_context
-def prioritize(ctx: click.Context, hypothesis_id: int, priority: float) -> None:
-    """Set a hypothesis's priority (higher runs first)."""
+def prioritize(ctx: click.Context, hypothesis_id: int, priority: float | None, clear: bool) -> None:
+    """Set a hypothesis's priority: it overrides the rank (above 0 before the ranked queue, higher
+    first; 0 or below after it). --clear puts it back by rank."""
     from kb.db import log_event, transaction
-    from runner.hypotheses import set_priority
+    from kb.errors import UserError
+    from runner.hypotheses import clear_priority, set_priority
 
+    if (priority is None) == (not clear):
+        raise UserError("prioritize: give a PRIORITY or --clear (not both)")
     db = workspace(ctx).db()
     with transaction(db):
-        set_priority(db, hypothesis_id, priority)
-        log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority {priority}")
-    click.echo(f"#{hypothesis_id} priority {priority}")
+        if clear:
+            clear_priority(db, hypothesis_id)
+            log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority cleared (by rank)")
+        else:
+            assert priority is not None
+            set_priority(db, hypothesis_id, priority)
+            log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority {priority}")
+    click.echo(f"#{hypothesis_id} " + ("back to its rank" if clear else f"priority {priority}"))

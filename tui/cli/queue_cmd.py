@@ -97,6 +97,9 @@ def add(
         except UserError as exc:
             raise UserError(f"{patch_file}: {str(exc).split(': ', 1)[-1]}") from None
         patch = one(db, "SELECT files FROM patches WHERE id = ?", [pid])
+    from runner.rank import rerank
+
+    rerank(ws, db, ids=[hid])  # its place in the queue (runner/rank.py)
     import json
 
     files = json.loads(patch["files"]) if patch else []

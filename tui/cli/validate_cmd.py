@@ -47,6 +47,17 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     measurement = measure(ws, calls=runs, accept_parse=accept_parse, progress=progress)
     report = evaluate(measurement, ws.settings)
     path = save(ws, measurement, report)
+    if measurement.status == "done":
+        from runner import profile
+
+        shares = profile.shares(c.profile for c in measurement.calls)
+        if profile.record(ws.db(), measurement.baseline_commit, shares, "validate"):
+            from runner.rank import rerank
+
+            ranked = rerank(ws, ws.db())  # the hot functions now rank their hypotheses higher
+            progress(
+                f"profile: {len(shares)} functions recorded with the baseline; {ranked.ranked} ranked again"
+            )
     if as_json:
         echo_json({"stored": str(path), "measurement": measurement.to_json(), "report": report.to_json()})
     else:

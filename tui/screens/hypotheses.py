@@ -1,8 +1,13 @@
-"""The hypotheses pane: the queue with its steering keys, and a hypothesis's detail view."""
+"""The hypotheses pane: the queue with its steering keys, and a hypothesis's detail view.
+
+The queue is the one `autoresearch hypotheses list` shows (runner.queue_query), a page at a time:
+`s` cycles the status, `o` the order (rank, priority, recent, effect), `f` edits the filter bar
+(`status:S outcome:O origin:O path:P backend:B` and words to search), `[`/`]` page.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import on, work
@@ -10,15 +15,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.timer import Timer
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
+from kb.errors import UserError
 from tui import data
 from tui.format import clip, pct
 from tui.messages import HypothesisLoaded, HypothesisSteered, PageLoaded
 from tui.screens.base import AppScreen, DetailScreen
 from tui.widgets.common import DiffView, PagedTable, cell, fit_columns, key_values, right, status_cell
 
+if TYPE_CHECKING:
+    from runner.queue_query import QueueFilter
+
 STATUS_FILTERS: tuple[str | None, ...] = (None, *data.HYPOTHESIS_STATUSES)
+FILTER_HINT = "filter (f): status: outcome: origin: path: backend: and words to search"
 
 
 class SteeringScreen(AppScreen):
@@ -68,20 +78,29 @@ class SteeringScreen(AppScreen):
 
 class HypothesesScreen(SteeringScreen):
     PANE = "hypotheses"
+    AUTO_FOCUS = "#hyp-table"
     BINDINGS = [
-        Binding("s", "cycle_status", "Filter"),
+        Binding("s", "cycle_status", "Status"),
+        Binding("o", "cycle_sort", "Order"),
+        Binding("f", "edit_filter", "Filter"),
         Binding("m", "mine", "Mine"),
         Binding("g", "generate", "Generate"),
         Binding("c", "copy_id", "Copy id", show=False),
+        Binding("escape", "leave_filter", "Back to the table", show=False),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.status_filter: str | None = None
+        self.sort = "rank"
+        self.filter_text = ""
+        self.filter_error = ""
         self._preview_timer: Timer | None = None
+        self._filter_timer: Timer | None = None
         self.page: data.Page[data.HypothesisRow] | None = None
 
     def compose_body(self) -> ComposeResult:
+        yield Input(placeholder=FILTER_HINT, id="hyp-filter", compact=True)
         yield PagedTable(
             "Hypotheses",
             [
@@ -104,44 +123,93 @@ class HypothesesScreen(SteeringScreen):
         table = self.query_one("#hyp-table", PagedTable)
         self.load(table.page_offset, self.status_filter)
 
+    def filters(self, status: str | None) -> QueueFilter:
+        """The status key, the order and the filter bar as one filter (a bad bar keeps the last good
+        one and says why on the table's border)."""
+        try:
+            flt = data.parse_filter(self.filter_text, self.sort, status)
+            self.filter_error = ""
+        except UserError as exc:
+            self.filter_error = str(exc)
+            flt = data.parse_filter("", self.sort, status)
+        return flt
+
     @work(thread=True, group="hypotheses", exclusive=True, exit_on_error=False)
     def load(self, offset: int, status: str | None) -> None:
+        flt = self.filters(status)
         with self.store.session() as db:
-            page = data.hypotheses(db, status, offset, self.autoapp.page_size)
+            page = data.hypotheses(db, None, offset, self.autoapp.page_size, flt)
         self.post_message(PageLoaded("hypotheses", page))
+
+    def _note(self) -> str:
+        parts = [f"by {self.sort}"]
+        flt = self.filters(self.status_filter)
+        if flt.describe():
+            parts.append(flt.describe())
+        note = "· " + " · ".join(parts)
+        return note + (f"  ({self.filter_error})" if self.filter_error else "")
 
     def on_page_loaded(self, message: PageLoaded) -> None:
         self.page = message.page
         table = self.query_one("#hyp-table", PagedTable)
-        table.note = f"· {self.status_filter}" if self.status_filter else ""
+        table.note = self._note()
         wide = (self.size.width or self.app.size.width) >= 100
-        table.column_spec = [("#", 4), ("Status", 11), ("Prio", 4), ("Effect", 6)]
-        table.column_spec += [("Source", 10)] if wide else []
-        table.column_spec += [("Outcome", 12), ("Title", None)]
+        table.column_spec = [("#", 4), ("Status", 10), ("Outcome", 12), ("Rank", 5), ("Effect", 6)]
+        table.column_spec += [("Prio", 4), ("Source", 10), ("Family", 12)] if wide else []
+        table.column_spec += [("Title", None)]
         rows = []
         for h in message.page.rows:
             cells = [
                 right(h.id),
                 status_cell(h.status),
-                right(f"{h.priority:g}"),
+                status_cell(h.outcome),
+                right("-" if h.rank is None else f"{h.rank:.0f}"),
                 right(pct(h.expected_effect, digits=0) if h.expected_effect is not None else "-"),
             ]
-            cells += [cell(h.source, "cyan")] if wide else []
-            cells += [status_cell(h.outcome), cell(h.title)]
+            if wide:
+                cells += [
+                    right(f"{h.priority:g}", "bold yellow" if h.priority_set else "grey50"),
+                    cell(h.source, "cyan"),
+                    cell(_family(h), "grey50" if h.waits_behind else ""),
+                ]
+            cells += [cell(h.title)]
             rows.append((str(h.id), cells))
         table.show_page(message.page, rows)
         if not message.page.rows:
-            self.query_one("#hyp-preview", Static).update(
-                Text(
-                    "no hypotheses yet: m mines fusion gaps and fork commits, g asks the LLM", style="grey50"
-                )
+            empty = (
+                "no hypothesis matches the filter (f edits it, s and o cycle status and order)"
+                if self.filter_text.strip() or self.status_filter
+                else "no hypotheses yet: m mines fusion gaps and fork commits, g asks the LLM"
             )
+            self.query_one("#hyp-preview", Static).update(Text(empty, style="grey50"))
         else:
             self.preview()
 
     @on(PagedTable.PageRequested, "#hyp-table")
     def page_requested(self, event: PagedTable.PageRequested) -> None:
         self.load(event.offset, self.status_filter)
+
+    @on(Input.Changed, "#hyp-filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_timer = self.set_timer(0.25, lambda: self.load(0, self.status_filter))
+
+    @on(Input.Submitted, "#hyp-filter")
+    def filter_submitted(self) -> None:
+        self.query_one("#hyp-table").focus()
+
+    def action_edit_filter(self) -> None:
+        self.query_one("#hyp-filter", Input).focus()
+
+    def action_leave_filter(self) -> None:
+        self.query_one("#hyp-table").focus()
+
+    def action_cycle_sort(self) -> None:
+        sorts = data.HYPOTHESIS_SORTS
+        self.sort = sorts[(sorts.index(self.sort) + 1) % len(sorts)]
+        self.load(0, self.status_filter)
 
     @on(DataTable.RowHighlighted, "#hyp-table")
     def highlighted(self) -> None:
@@ -171,6 +239,10 @@ class HypothesesScreen(SteeringScreen):
             ", ".join(f"{e.label} {e.id}" for e in d.evidence) or ", ".join(d.source_refs) or "no evidence"
         )
         out.append(f"\ncites: {clip(cites, 200)}", style="cyan")
+        if d.row.rank is not None:
+            out.append(f"\nrank {d.row.rank:.1f}: {d.row.why}", style="grey70")
+        if d.row.family is not None:
+            out.append("\n" + _family_line(d.row), style="grey70")
         out.append("\n" + clip(d.rationale, 400), style="grey70")
         self.query_one("#hyp-preview", Static).update(out)
 
@@ -247,10 +319,15 @@ class HypothesisScreen(DetailScreen, SteeringScreen):
                     ("expected", pct(h.expected_effect)),
                     ("risk", d.risk),
                     ("outcome", status_cell(h.outcome)),
+                    ("rank", "not ranked yet" if h.rank is None else f"{h.rank:.1f} of 100"),
                 ],
                 width=10,
             )
         )
+        for line in h.rank_lines:
+            head.append("\n  " + line, style="grey70")
+        if h.family is not None:
+            head.append("\n" + _family_line(h), style="grey70")
         if d.rationale:
             head.append("\n\n" + d.rationale.strip())
         if d.notes:
@@ -318,3 +395,18 @@ class HypothesisScreen(DetailScreen, SteeringScreen):
         urls = [r for r in self.detail.source_refs if r.startswith(("http://", "https://"))]
         if urls:
             self.app.open_url(urls[0])
+
+
+def _family(h: data.HypothesisRow) -> str:
+    if h.family is None:
+        return ""
+    return f"waits #{h.waits_behind}" if h.waits_behind is not None else f"{h.family}/{h.family_size} lead"
+
+
+def _family_line(h: data.HypothesisRow) -> str:
+    if h.family is None:
+        return ""
+    what = f"family {h.family}: {h.family_size} fork commits on the same functions; "
+    if h.waits_behind is not None:
+        return what + f"waits behind #{h.waits_behind} (its best open member) until that one is measured"
+    return what + "this one runs first"
