@@ -194,7 +194,7 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     decision = must(one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [fake["id"]]))
     wall = json.loads(decision["metrics"])["harness.wall_s"]
     # The harness's clock, recorded next to the decision: the fake one ran no faster.
-    assert wall["pairs"] == 16 and 0.75 < wall["ratio"] < 1.35, wall
+    assert wall["pairs"] == 16 and wall["ratio"] > 0.75, wall  # no faster (slower is the load's)
     honest = must(
         one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [exps["speedup"]["id"]])
     )
