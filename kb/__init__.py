@@ -3,7 +3,6 @@
 `kb` imports neither `runner` nor `tui` (enforced by import-linter and tests/test_import_hygiene.py).
 """
 
-
 import importlib.abc
 import importlib.machinery
 import importlib.util

@@ -40,8 +40,11 @@ def build_command(targets: list[str], *, server: bool = False) -> str:
     `server` also configures llama-server, without its web UI (whose prebuilt assets would be
     downloaded); the compile flags of the libraries stay the same, so ccache serves them.
     """
-    server_flags = "-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF" if server \
+    server_flags = (
+        "-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
+        if server
         else "-DLLAMA_BUILD_SERVER=OFF"
+    )
     return (
         'amx=$([ "$(uname -m)" = x86_64 ] && echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"); '
         # ccache keyed on paths relative to the tree, so every experiment worktree shares one cache
@@ -60,8 +63,15 @@ BUILD_CMD = build_command(BUILD_TARGETS)
 # build/bin/llama-server -m MODEL --host 127.0.0.1 --port PORT (see the README's llama.cpp section).
 SERVER_BUILD_CMD = build_command(["llama-server"], server=True)
 # Build flags decide what is measured: a patch may not change them.
-PROTECTED = ["CMakeLists.txt", "ggml/CMakeLists.txt", "ggml/src/CMakeLists.txt", "cmake", "ggml/cmake",
-             "ggml/src/ggml-cpu/CMakeLists.txt", "tools/llama-bench"]
+PROTECTED = [
+    "CMakeLists.txt",
+    "ggml/CMakeLists.txt",
+    "ggml/src/CMakeLists.txt",
+    "cmake",
+    "ggml/cmake",
+    "ggml/src/ggml-cpu/CMakeLists.txt",
+    "tools/llama-bench",
+]
 # The CPU code of both layouts: ggml-cpu/ since llama.cpp's 2024 reorganisation, and the files that
 # held it before (and still do in ik_llama.cpp, whose CPU kernels are in iqk/).
 PATHS_OF_INTEREST = [
@@ -107,10 +117,16 @@ def _pip_download(packages: list[str], dest: Path, *, sdist: bool = False) -> No
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "autoresearch", "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
-           "GIT_COMMITTER_NAME": "autoresearch", "GIT_COMMITTER_EMAIL": "autoresearch@localhost"}
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "autoresearch",
+        "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
+        "GIT_COMMITTER_NAME": "autoresearch",
+        "GIT_COMMITTER_EMAIL": "autoresearch@localhost",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def prepare_tree(dest: Path, cache: Path, progress: Progress = print) -> Path:
@@ -130,7 +146,7 @@ def prepare_tree(dest: Path, cache: Path, progress: Progress = print) -> Path:
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.name != prefix + ".git"]
         for member in members:
-            member.name = member.name[len(prefix):]
+            member.name = member.name[len(prefix) :]
         tar.extractall(tmp, members=members, filter="data")
     _git(tmp, "init", "-q", "-b", "master")
     _git(tmp, "add", "-A")
@@ -194,8 +210,12 @@ def settings_overrides(model: Path) -> dict[str, Any]:
             "paths_of_interest": PATHS_OF_INTEREST,
             "env": {"AUTORESEARCH_GGUF": str(model)},
         },
-        "metric": {"primary": "tg", "direction": "higher", "unit": "t/s",
-                   "guards": [{"metric": "pp", "max_regression": 0.02}]},
+        "metric": {
+            "primary": "tg",
+            "direction": "higher",
+            "unit": "t/s",
+            "guards": [{"metric": "pp", "max_regression": 0.02}],
+        },
         "timeouts": {"build": 1800, "bench": 900, "check": 900},
         # llama-bench uses every core: two benchmarks at once on one machine would measure each other
         "fleet": {"parallel": 1},

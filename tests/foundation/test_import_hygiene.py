@@ -28,8 +28,10 @@ def test_import_linter_contracts() -> None:
 
 @pytest.mark.parametrize("package", ["kb", "runner"])
 def test_core_never_imports_textual(package: str) -> None:
-    modules = [p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
-               for p in (ROOT / package).rglob("*.py")]
+    modules = [
+        p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+        for p in (ROOT / package).rglob("*.py")
+    ]
     code = "\n".join(f"import {m}" for m in modules if not m.endswith("__main__"))
     loaded = loaded_after(code)
     assert "textual" not in loaded and "tui" not in loaded
@@ -45,8 +47,9 @@ def test_cli_help_path_is_light() -> None:
 
 
 def test_tui_package_never_imports_litellm_or_sky() -> None:
-    modules = [p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
-               for p in (ROOT / "tui").rglob("*.py")]
+    modules = [
+        p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".") for p in (ROOT / "tui").rglob("*.py")
+    ]
     code = "\n".join(f"import {m}" for m in modules if not m.endswith("__main__"))
     loaded = loaded_after(code)
     assert not {m for m in loaded if m.split(".")[0] in ("litellm", "sky")}

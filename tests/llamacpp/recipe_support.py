@@ -31,7 +31,10 @@ def init_recipe(ws: Path) -> Settings:
     """`autoresearch init --recipe llama.cpp WS`, as a user runs it; returns the settings it wrote."""
     init = subprocess.run(
         [sys.executable, "-m", "tui.cli", "init", str(ws), "--recipe", "llama.cpp"],
-        capture_output=True, text=True, env=recipe_env(), timeout=1800,
+        capture_output=True,
+        text=True,
+        env=recipe_env(),
+        timeout=1800,
     )
     assert init.returncode == 0, init.stderr
     return load_settings(ws / "autoresearch.toml")
@@ -40,6 +43,5 @@ def init_recipe(ws: Path) -> Settings:
 def build_clone(settings: Settings, tree: Path, build_cmd: str) -> None:
     """Clone the recipe's tree at its baseline into `tree` and run `build_cmd` at its root."""
     subprocess.run(["git", "clone", "-q", settings.target.path, str(tree)], check=True)
-    build = subprocess.run(["bash", "-c", build_cmd], cwd=tree, capture_output=True, text=True,
-                           timeout=3600)
+    build = subprocess.run(["bash", "-c", build_cmd], cwd=tree, capture_output=True, text=True, timeout=3600)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

@@ -20,20 +20,26 @@ def bench(fixture: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(ROOT / "autoresearch.sh")],
         env={**os.environ, "AR_BENCH_JSON": str(FIXTURES / fixture), **env},
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def metric_values(stdout: str, name: str) -> list[float]:
-    return [float(line.split("=", 1)[1]) for line in stdout.splitlines()
-            if line.startswith(f"METRIC {name}=")]
+    return [
+        float(line.split("=", 1)[1]) for line in stdout.splitlines() if line.startswith(f"METRIC {name}=")
+    ]
 
 
-@pytest.mark.parametrize(("fixture", "fa", "tg_first"), [
-    ("fa0_pp512_tg128.json", "0", 52.1),
-    ("fa1_pp512_tg128.json", "1", 55.3),
-    ("fa0_tg_first.json", "0", 52.1),
-])
+@pytest.mark.parametrize(
+    ("fixture", "fa", "tg_first"),
+    [
+        ("fa0_pp512_tg128.json", "0", 52.1),
+        ("fa1_pp512_tg128.json", "1", 55.3),
+        ("fa0_tg_first.json", "0", 52.1),
+    ],
+)
 def test_one_metric_line_per_repetition(fixture: str, fa: str, tg_first: float) -> None:
     result = bench(fixture, AR_FA=fa)
     assert result.returncode == 0, result.stderr
@@ -59,13 +65,16 @@ def test_single_row_when_pp_is_disabled() -> None:
     assert len(metric_values(result.stdout, "tg")) == 5
 
 
-@pytest.mark.parametrize(("fixture", "env", "message"), [
-    ("fa0_tg128_only.json", {}, "no result row for ['pp']"),
-    ("fa0_missing_samples_ts.json", {}, "lacks the field 'samples_ts'"),
-    ("fa0_pp128_tg32.json", {}, "unexpected result row n_prompt=128"),
-    ("fa1_pp512_tg128.json", {"AR_FA": "0"}, "flash_attn=1, expected 0"),
-    ("fa0_pp512_tg128.json", {"AR_FA": "yes"}, "AR_FA must be 0 or 1"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "env", "message"),
+    [
+        ("fa0_tg128_only.json", {}, "no result row for ['pp']"),
+        ("fa0_missing_samples_ts.json", {}, "lacks the field 'samples_ts'"),
+        ("fa0_pp128_tg32.json", {}, "unexpected result row n_prompt=128"),
+        ("fa1_pp512_tg128.json", {"AR_FA": "0"}, "flash_attn=1, expected 0"),
+        ("fa0_pp512_tg128.json", {"AR_FA": "yes"}, "AR_FA must be 0 or 1"),
+    ],
+)
 def test_fails_loudly_instead_of_misreporting(fixture: str, env: dict[str, str], message: str) -> None:
     result = bench(fixture, **env)
     assert result.returncode != 0
@@ -75,10 +84,13 @@ def test_fails_loudly_instead_of_misreporting(fixture: str, env: dict[str, str],
 
 # Real llama-bench output (this tree's build, Gemma 3 270M Q4_K_M, -p 128 -n 32 -r 3 -t 2, -o json),
 # recorded on the shared 2-core machine: the spread of the samples is real contention.
-@pytest.mark.parametrize(("fixture", "fa"), [
-    ("real_fa0_pp128_tg32.json", "0"),
-    ("real_fa1_pp128_tg32.json", "1"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "fa"),
+    [
+        ("real_fa0_pp128_tg32.json", "0"),
+        ("real_fa1_pp128_tg32.json", "1"),
+    ],
+)
 def test_real_recordings_give_every_sample_of_the_right_row(fixture: str, fa: str) -> None:
     rows = json.loads((FIXTURES / fixture).read_text())
     by_key = {(row["n_prompt"], row["n_gen"]): row for row in rows}

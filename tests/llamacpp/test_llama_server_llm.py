@@ -72,9 +72,23 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Set
     log = root / "llama-server.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [str(tree / "build" / "bin" / "llama-server"), "-m", settings.target.env["AUTORESEARCH_GGUF"],
-             "--host", "127.0.0.1", "--port", str(port), "-c", "16384", "-t", "2", "-np", "1"],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                str(tree / "build" / "bin" / "llama-server"),
+                "-m",
+                settings.target.env["AUTORESEARCH_GGUF"],
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-c",
+                "16384",
+                "-t",
+                "2",
+                "-np",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -88,7 +102,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Set
 def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tui.cli", "--workspace", str(ws), *args],
-        capture_output=True, text=True, env=recipe_env(), timeout=1800,
+        capture_output=True,
+        text=True,
+        env=recipe_env(),
+        timeout=1800,
     )
 
 
@@ -114,8 +131,10 @@ def test_research_phase_through_litellm_against_llama_server(served: tuple[Path,
     before = _query(ws, "SELECT count(*) AS n FROM hypotheses")[0]["n"]
     started = time.monotonic()
     result = _generate(ws, api_base)
-    print(f"\nhypotheses generate: exit {result.returncode} in {time.monotonic() - started:.0f} s\n"
-          f"{result.stdout[-1500:]}{result.stderr[-600:]}")
+    print(
+        f"\nhypotheses generate: exit {result.returncode} in {time.monotonic() - started:.0f} s\n"
+        f"{result.stdout[-1500:]}{result.stderr[-600:]}"
+    )
 
     calls = _query(ws, "SELECT * FROM llm_calls ORDER BY id")
     assert calls, "no llm call logged"

@@ -39,8 +39,14 @@ def test_recipe_builds_benchmarks_and_checks(tmp_path: Path) -> None:
     built = time.monotonic()
 
     bench_env = {**env, **settings.target.env, "AR_PROMPT": "32", "AR_GEN": "8", "AR_REPS": "2"}
-    bench = subprocess.run(["bash", settings.target.bench_script], cwd=tree, capture_output=True,
-                           text=True, env=bench_env, timeout=900)
+    bench = subprocess.run(
+        ["bash", settings.target.bench_script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=bench_env,
+        timeout=900,
+    )
     assert bench.returncode == 0, bench.stderr
     metrics = [m for m in map(parse_metric_line, bench.stdout.splitlines()) if isinstance(m, Metric)]
     names = [m.name for m in metrics]
@@ -48,8 +54,16 @@ def test_recipe_builds_benchmarks_and_checks(tmp_path: Path) -> None:
     assert {"bytes_per_iter", "mem_bw_gbs"} <= set(names)
     assert all(m.value > 0 for m in metrics)
 
-    checks = subprocess.run(["bash", settings.target.checks_script], cwd=tree, capture_output=True,
-                            text=True, env={**env, **settings.target.env}, timeout=1800)
+    checks = subprocess.run(
+        ["bash", settings.target.checks_script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env={**env, **settings.target.env},
+        timeout=1800,
+    )
     assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-3000:]
-    print(f"\nllama.cpp recipe: prepare+build {built - started:.0f} s, "
-          f"bench+checks {time.monotonic() - built:.0f} s; {bench.stdout.strip()}")
+    print(
+        f"\nllama.cpp recipe: prepare+build {built - started:.0f} s, "
+        f"bench+checks {time.monotonic() - built:.0f} s; {bench.stdout.strip()}"
+    )
