@@ -778,8 +778,9 @@ class Runner:
         try:
             note = self.research.after_wave(self.ws, self.db, wave["id"])
         except Exception as exc:  # the run matters more than its diary
-            self._event("reflection_failed", f"wave {wave['number']}: reflection failed ({exc})",
-                        level="warning")
+            self._event(
+                "reflection_failed", f"wave {wave['number']}: reflection failed ({exc})", level="warning"
+            )
             return
         self._say(f"wave {wave['number']} reflection stored as evidence {note}")
 
@@ -2071,5 +2072,3 @@ def _unzip(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
-
-
