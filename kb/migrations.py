@@ -664,6 +664,56 @@ CREATE TABLE baseline_profiles (
     )
 
 
+@migration
+@rebuilds_tables
+def m009_experiment_statuses(db: sqlite_utils.Database) -> None:
+    """Experiment statuses as DESIGN.md has them: an A/A self-test ends `passed` or `failed` (it was
+    stored as `inconclusive` / `discarded`, a candidate's words, and shown as "passed" elsewhere),
+    and `conflict` (a candidate that no longer applies after an earlier winner, even three-way).
+
+    The table is rebuilt from its own current definition with the CHECK widened (ids, columns added
+    by earlier migrations, indexes and triggers kept), then the old A/A rows are renamed."""
+    old = "'crashed', 'refused', 'cancelled', 'lost'))"
+    _rebuild_from_own_sql(
+        db,
+        "experiments",
+        lambda sql: sql.replace(
+            old, "'crashed', 'conflict', 'refused', 'cancelled', 'lost',\n        'passed', 'failed'))"
+        ),
+    )
+    db.execute(
+        "UPDATE experiments SET status = CASE WHEN json_extract(meta, '$.self_test.passed') THEN 'passed' "
+        "ELSE 'failed' END WHERE kind = 'self_test' AND status IN ('inconclusive', 'discarded')"
+    )
+
+
+def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:
+    """SQLite's 12-step table change for a constraint: the new table from the old one's stored SQL
+    as `edit` changes it, rows copied by column name, its indexes and triggers made again."""
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchone()[0]
+    changed = edit(sql)
+    if changed == sql:
+        raise RuntimeError(f"rebuilding {table}: its definition is not the one this migration expects")
+    head = f"CREATE TABLE {table} ("
+    if not changed.startswith(head):
+        raise RuntimeError(f"rebuilding {table}: unexpected definition start {changed[:40]!r}")
+    others = [
+        r[0]
+        for r in db.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type IN ('index', 'trigger') "
+            "AND sql IS NOT NULL",
+            [table],
+        ).fetchall()
+    ]
+    columns = ", ".join(f'"{r[1]}"' for r in db.execute(f"PRAGMA table_info({table})").fetchall())
+    db.execute(f"CREATE TABLE {table}_new (" + changed[len(head) :])
+    db.execute(f"INSERT INTO {table}_new ({columns}) SELECT {columns} FROM {table}")
+    db.execute(f"DROP TABLE {table}")
+    db.execute(f"ALTER TABLE {table}_new RENAME TO {table}")
+    for statement in others:
+        db.execute(statement)
+
+
 def applied(db: sqlite_utils.Database) -> set[str]:
     if "_migrations" not in db.table_names():
         return set()

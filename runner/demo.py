@@ -715,7 +715,7 @@ def summary_lines(result: DemoResult) -> list[str]:
         st = result.self_test
         floor = st.get("noise_floor")
         out.append(
-            f"Self-test (baseline against itself): {'passed' if st.get('passed') else 'FAILED'}"
+            f"Self-test (baseline against itself): {'passed' if st.get('passed') else 'failed'}"
             + (f", noise floor {floor:.1%}" if isinstance(floor, int | float) else "")
         )
     out.append("")

@@ -20,6 +20,8 @@ STATUS_STYLES: dict[str, str] = {
     "refused": "$error",
     "cancelled": "dim",
     "lost": "$warning",
+    "conflict": "$warning",
+    "passed": "$success",  # A/A self-test ("failed" as for runs)
     # hypotheses
     "proposed": "",
     "approved": "$success",
@@ -49,6 +51,8 @@ RICH_STATUS_COLOURS: dict[str, str] = {
     "refused": "red",
     "cancelled": "grey50",
     "lost": "yellow",
+    "conflict": "yellow",
+    "passed": "green",
     "proposed": "default",
     "approved": "green",
     "rejected": "grey50",

@@ -169,9 +169,14 @@ class ProtectedPath(UserError):
     """A patch or commit touches a protected path (the experiment is `refused`)."""
 
 
-def workspace_check(ws: Workspace, diff: str, base: str | None = None) -> str | None:
-    """`check` against the workspace's protected paths and its baseline (or `base`) in the mirror."""
+def baseline_of(ws: Workspace) -> tuple[git.Repo, str]:
+    """The workspace's mirror and the commit of its configured baseline."""
     settings = ws.settings
     repo = gitrepo.open_repo(ws.mirror_path)
-    commit = base or settings.target.baseline_commit or gitrepo.resolve(repo, settings.target.baseline)
-    return check(diff, protected_paths(ws, settings), repo, commit)
+    return repo, settings.target.baseline_commit or gitrepo.resolve(repo, settings.target.baseline)
+
+
+def workspace_check(ws: Workspace, diff: str, base: str | None = None) -> str | None:
+    """`check` against the workspace's protected paths and its baseline (or `base`) in the mirror."""
+    repo, commit = baseline_of(ws)
+    return check(diff, protected_paths(ws, ws.settings), repo, base or commit)

@@ -59,10 +59,21 @@ from runner.harness.protocol import WALL_METRIC, Invocation, LogParser
 from runner.harness.sandbox import sandbox_envs, weakest
 from runner.harness.template import load_template, one_line, render
 from runner.measure import runlock
+from runner.vocabulary import SELF_TEST_STATUSES
 
 Progress = Callable[[str], None]
 
-FINAL = ("kept", "discarded", "inconclusive", "checks_failed", "crashed", "refused", "cancelled", "lost")
+FINAL = (
+    "kept",
+    "discarded",
+    "inconclusive",
+    "checks_failed",
+    "crashed",
+    "refused",
+    "cancelled",
+    "lost",
+    *SELF_TEST_STATUSES,
+)
 LIVE = ("queued", "running")
 HEARTBEAT_SECONDS = 2.0
 STALE_HEARTBEAT = 30.0
@@ -619,7 +630,7 @@ class Runner:
             results = [self._self_test_result(e) for e in done]
             if results and results[-1].get("passed"):
                 return
-            if done and done[-1]["status"] not in ("inconclusive", "discarded"):
+            if done and done[-1]["status"] not in SELF_TEST_STATUSES:
                 last = done[-1]
                 detail = json.loads(last["meta"] or "{}").get("detail", "")
                 raise RunFailed(
@@ -1684,7 +1695,7 @@ class Runner:
             self._merge_meta(exp_id, {"self_test": data})
             self._finish_experiment(
                 exp_id,
-                "inconclusive" if result.passed else "discarded",
+                "passed" if result.passed else "failed",
                 None,
                 detail=f"A/A {data['reason']}",
                 cleanup=False,
@@ -1728,7 +1739,7 @@ class Runner:
             )
             if detail:
                 self._merge_meta(exp_id, {"detail": detail})
-            level = "info" if status in ("kept", "discarded", "inconclusive") else "warning"
+            level = "info" if status in ("kept", "discarded", "inconclusive", "passed") else "warning"
             self._event(
                 "experiment_" + status,
                 f"experiment {exp_id} {exp['title']!r}: {status}"
@@ -1742,7 +1753,7 @@ class Runner:
             self._say(
                 f"  exp {exp_id} {exp['title']!r}: {status}"
                 + (f" ({reason})" if reason else "")
-                + (f": {detail}" if detail and status not in ("inconclusive",) else "")
+                + (f": {detail}" if detail and status not in ("inconclusive", "passed") else "")
             )
         if cleanup:
             self._cleanup(exp_id)

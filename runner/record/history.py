@@ -23,6 +23,7 @@ import sqlite_utils
 from kb.db import one, rows
 from kb.errors import UserError
 from runner.stats import cell_pct
+from runner.vocabulary import SELF_TEST_STATUSES
 
 #: Statuses an experiment can no longer leave.
 FINISHED_STATUSES = (
@@ -34,6 +35,7 @@ FINISHED_STATUSES = (
     "refused",
     "cancelled",
     "lost",
+    *SELF_TEST_STATUSES,
 )
 #: Statuses reached through a statistical decision (what `redecide` re-judges).
 DECIDED_STATUSES = ("kept", "discarded", "inconclusive")

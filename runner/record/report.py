@@ -28,6 +28,7 @@ from runner.record import history
 from runner.record.importer import summary_lines
 from runner.record.winners import provenance
 from runner.stats import cell_interval, cell_pct
+from runner.vocabulary import legend
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace
@@ -89,7 +90,7 @@ class Written:
 
 
 def _aa_verdict(passed: bool) -> str:
-    return "passed (no difference)" if passed else "FAILED (the baseline differs from itself)"
+    return "passed (no difference)" if passed else "failed (the baseline differs from itself)"
 
 
 def _when(ts: float | None) -> str:
@@ -246,9 +247,6 @@ def _experiments_blocks(exps: list[history.ExperimentInfo], *, imported: bool = 
     for e in exps:
         d = e.decision
         status = e.status + (f": {e.reason}" if e.reason else "")
-        passed = (e.meta.get("self_test") or {}).get("passed") if e.kind == "self_test" else None
-        if passed is not None:  # stored as inconclusive/discarded; what it means for an A/A
-            status = _aa_verdict(passed)
         table_rows.append(
             [
                 str(e.id),
@@ -266,7 +264,14 @@ def _experiments_blocks(exps: list[history.ExperimentInfo], *, imported: bool = 
             ]
         )
     headers = ["#", "Wave", "Kind", "Title", "Status", "Verdict", "Effect", "CI", "Pairs", "Noise", "q"]
-    return [Heading("Experiments"), Table(headers + (["pi confidence"] if imported else []), table_rows)]
+    blocks: list[Block] = [
+        Heading("Experiments"),
+        Table(headers + (["pi confidence"] if imported else []), table_rows),
+    ]
+    shown = legend(e.status for e in exps)
+    if shown:  # one line per status word in the table: what it means
+        blocks += [Para("Statuses:"), Items(shown)]
+    return blocks
 
 
 def _stack_blocks(run: history.RunInfo, exps: list[history.ExperimentInfo]) -> list[Block]:

@@ -141,3 +141,25 @@ def test_empty_results_say_what_fills_them(ws: Workspace, paper: dict[str, objec
         and "No compute backends in" in inv.output
         and "[[kb.inventory.rules]]" in inv.output
     )
+
+
+def test_queue_add_refuses_a_patch_that_does_not_apply_at_once(ws: Workspace, tmp_path: Path) -> None:
+    stale = tmp_path / "stale.patch"  # written against another README
+    stale.write_text("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-another text\n+faster\n")
+    before = db_dump(ws.db_path)
+    result = cli(ws, "queue", "add", str(stale), "-t", "stale")
+    assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "does not apply to the baseline" in result.stderr and "--unchecked" in result.stderr
+    assert db_dump(ws.db_path) == before  # nothing queued
+    # --unchecked queues it anyway (a patch for a run's winners), runnable, with git's error kept.
+    result = cli(ws, "queue", "add", str(stale), "-t", "stale", "--unchecked", "--json")
+    assert result.exit_code == 0 and json.loads(result.output)["applies"] is False, result.stderr
+    patch = one(ws.db(), "SELECT apply_status, apply_error FROM patches ORDER BY id DESC LIMIT 1")
+    assert patch is not None and patch["apply_status"] == "unchecked" and "README.md" in patch["apply_error"]
+    # One that applies is recorded as checked.
+    good = tmp_path / "good.patch"
+    good.write_text(PATCH)
+    result = cli(ws, "queue", "add", str(good), "-t", "good", "--json")
+    assert result.exit_code == 0 and json.loads(result.output)["applies"] is True
+    patch = one(ws.db(), "SELECT apply_status FROM patches ORDER BY id DESC LIMIT 1")
+    assert patch is not None and patch["apply_status"] == "ok"

@@ -20,7 +20,7 @@ wave 2: quant (kept, winner; from a fork commit), stale (crashed: does_not_apply
 stack and ablation_fuse / ablation_quant (kinds stack, ablation) and `runs.summary`.
 
 Rows follow runner/measure/loop.py's formats: runs.policy is the stats Policy plus `metric`; the passed
-self-test is an `inconclusive` experiment of kind self_test with `meta.self_test`, and
+self-test is a `passed` experiment of kind self_test with `meta.self_test`, and
 runs.self_test / noise_floor; an ablation measures the full stack (candidate) against the stack
 without one winner (baseline, a real commit), `meta.left_out` naming that winner's experiment;
 runs.summary is `{"stack": {...}, "ablation": [{..., "left_out": id}]}`.
@@ -770,13 +770,13 @@ def add_run(
             "self_test",
             "self_test",
             None,
-            "inconclusive",
+            "passed",
             at=t + 10,
             title="A/A self-test",
         )
         _store_samples(db, st_id, st_raw, t + 10)
         st = self_test(*_medians(st_raw, METRIC))
-        # The loop's format: a passed A/A ends `inconclusive` (no difference), its result in meta and
+        # The loop's format: a passed A/A ends `passed` (no difference), its result in meta and
         # runs.self_test, its interval's half-width as the run's noise floor.
         st_data = {**st.to_json(), "reason": "no difference"}
         update(db, "experiments", st_id, {"meta": {"self_test": st_data}})

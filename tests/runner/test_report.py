@@ -57,9 +57,13 @@ def test_markdown_report_has_tables_plot_stack_and_provenance(finished_history: 
         "[+4.06%, +8.06%]",
         "16",
     ]
-    # The A/A row says what its stored status (inconclusive: no difference) means for a self-test.
+    # The A/A row has the self-test's own word, never a candidate's verdict word; the legend under
+    # the table says what each status shown means.
     aa_row = table_row(text, str(h.exp["self_test"]))
-    assert aa_row[2:5] == ["self_test", "A/A self-test", "passed (no difference)"]
+    assert aa_row[2:5] == ["self_test", "A/A self-test", "passed"]
+    assert "- passed: A/A self-test: the baseline did not differ from itself" in text
+    assert "- refused: touches a protected path, or tampered with the harness" in text
+    assert "- conflict:" not in text  # only the statuses the table shows
     assert table_row(text, str(h.exp["hang"]))[4] == "crashed: timeout"
     assert table_row(text, str(h.exp["inflate"]))[4] == "refused: autoresearch.sh"
     assert table_row(text, str(h.exp["unroll"]))[5:9:3] == ["inconclusive", "80"]

@@ -416,6 +416,7 @@ def test_the_self_test_catches_a_biased_measurement(tmp_path: Path) -> None:
     assert result.error.startswith("self-test failed: the baseline differs from itself"), result.error
     attempts = [e for e in result.experiments if e["kind"] == "self_test"]
     assert len(attempts) == 2 and any("measuring again" in line for line in lines)
+    assert [e["status"] for e in attempts] == ["failed", "failed"]  # the A/A's own words
     assert [e["status"] for e in result.experiments if e["kind"] == "candidate"] == []
     assert result.self_test is not None and not result.self_test["passed"]
 

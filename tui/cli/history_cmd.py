@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.stats import cell_interval, cell_pct
+from runner.vocabulary import help_epilog, legend
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT, Number, PathArg, count
 
@@ -50,7 +51,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     if run.self_test:
         passed = run.self_test.get("passed")
         click.echo(
-            f"  self-test {'passed' if passed else 'FAILED' if passed is False else '?'}: "
+            f"  self-test {'passed' if passed else 'failed' if passed is False else '?'}: "
             f"noise floor ±{cell_pct(run.noise_floor).lstrip('+')}"
         )
     exps = history.experiments(db, run.id)
@@ -87,6 +88,12 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
             for e in exps
         ],
     )
+    meanings = legend(e.status for e in exps)
+    if meanings:  # what each status word in the table means, one line each
+        click.echo("")
+        click.echo("Statuses:")
+        for line in meanings:
+            click.echo(f"  {line}")
     winners = history.winners(db, run.id)
     if winners:
         click.echo("")
@@ -107,7 +114,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
             )
 
 
-@click.command("history")
+@click.command("history", epilog=help_epilog())
 @click.option("--run", "run_ref", type=TEXT, default=None, help="A run id or name (default: list every run).")
 @click.option("--samples", is_flag=True, help="Also print the raw samples (always in --json).")
 @json_option

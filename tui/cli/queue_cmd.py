@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from runner.vocabulary import help_epilog
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, Number, PathArg
 
@@ -45,6 +46,11 @@ def cli() -> None:
 @click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {_SOURCE_FORMS}.")
 @click.option("--rationale", default="", help="Why it should help.")
 @click.option("--priority", type=Number(), default=0.0, show_default=True, help="Higher runs first.")
+@click.option(
+    "--unchecked",
+    is_flag=True,
+    help="Queue it even if it does not apply to the baseline today (e.g. written for a run's winners).",
+)
 @json_option
 @click.pass_context
 def add(
@@ -54,9 +60,13 @@ def add(
     sources: tuple[str, ...],
     rationale: str,
     priority: float,
+    unchecked: bool,
     as_json: bool,
 ) -> None:
-    """Queue PATCH_FILE (a unified diff against the target) as a new hypothesis with its patch."""
+    """Queue PATCH_FILE (a unified diff against the target) as a new hypothesis with its patch.
+
+    Checked at once, not at the next run: a patch that touches a protected path is refused, and so
+    is one that does not apply to the baseline (unless --unchecked)."""
     from kb.db import one, transaction
     from kb.errors import UserError, read_text
     from runner.cite import resolve
@@ -67,7 +77,8 @@ def add(
     if not title.strip():
         raise UserError("--title: must not be empty")
     refs = [_check_source(s) for s in sources]
-    from runner.harness.patchpaths import PatchUnreadable, workspace_check
+    from kb import gitrepo
+    from runner.harness.patchpaths import PatchUnreadable, baseline_of, workspace_check
 
     try:
         refused = workspace_check(ws, diff)
@@ -75,6 +86,14 @@ def add(
         raise UserError(f"{patch_file}: not a unified diff git can read ({exc})") from None
     if refused:
         raise UserError(f"{patch_file}: refused: the patch {refused}")
+    repo, base = baseline_of(ws)
+    apply_error = gitrepo.apply_check(repo, base, diff)
+    if apply_error is not None and not unchecked:
+        why = apply_error.splitlines()[0]
+        raise UserError(
+            f"{patch_file}: does not apply to the baseline {base[:12]} ({why}); "
+            "rebase it, or queue it anyway with --unchecked"
+        )
     db = ws.db()
     with transaction(db):
         # Refs into the knowledge base become evidence links (the provenance chain).
@@ -93,7 +112,16 @@ def add(
         )
         assert hid is not None
         try:
-            pid = add_patch(db, hid, diff, author_kind="manual", author=patch_file.name)
+            pid = add_patch(
+                db,
+                hid,
+                diff,
+                author_kind="manual",
+                author=patch_file.name,
+                # queued anyway with --unchecked: still runnable, the error kept for the record
+                apply_status="ok" if apply_error is None else "unchecked",
+                apply_error=apply_error,
+            )
         except UserError as exc:
             raise UserError(f"{patch_file}: {str(exc).split(': ', 1)[-1]}") from None
         patch = one(db, "SELECT files FROM patches WHERE id = ?", [pid])
@@ -112,11 +140,17 @@ def add(
                 "files": files,
                 "sources": refs,
                 "evidence": gaps,
+                "applies": apply_error is None,
             }
         )
         return
     click.echo(f"queued hypothesis {hid} (patch {pid}): {title}")
     click.echo(f"  files   {', '.join(files)}")
+    click.echo(
+        f"  applies to the baseline {base[:12]}"
+        if apply_error is None
+        else f"  does NOT apply to the baseline {base[:12]} (queued with --unchecked)"
+    )
     if refs:
         click.echo(f"  sources {', '.join(refs)}")
     for c in cited:
@@ -124,7 +158,7 @@ def add(
             click.echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
 
 
-@cli.command("list")
+@cli.command("list", epilog=help_epilog())
 @click.option("--all", "show_all", is_flag=True, help="Include hypotheses without a patch.")
 @json_option
 @click.pass_context

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static
 
+from runner.vocabulary import STATUS_MEANINGS
 from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded
@@ -58,6 +59,7 @@ class HistoryScreen(AppScreen):
             ],
             id="experiments",
         )
+        yield Static(id="status-legend")
 
     def is_loaded(self) -> bool:
         return (
@@ -196,6 +198,14 @@ class HistoryScreen(AppScreen):
             right(e.pairs or "-"),
             cell(title, "bold" if e.winner else ""),
         ]
+
+    @on(DataTable.RowHighlighted, "#experiments")
+    def explain_status(self) -> None:
+        """The footer line says what the highlighted experiment's status word means."""
+        chosen = self.current_experiment()
+        meaning = STATUS_MEANINGS.get(chosen.status) if chosen else None
+        line = f"{chosen.status}: {meaning}" if chosen and meaning else ""
+        self.query_one("#status-legend", Static).update(line)
 
     @on(PagedTable.PageRequested, "#experiments")
     def page_requested(self, event: PagedTable.PageRequested) -> None:
