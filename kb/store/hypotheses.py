@@ -1,0 +1,163 @@
+"""The hypothesis tables as the faces read them: a hypothesis's text, the evidence and sources it
+cites, its patches and the experiments that tried it. The queue's order is runner.queue_query's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kb.errors import UserError
+from kb.store.knowledge import EvidenceLink
+from kb.store.paging import loads, one, rows
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+
+@dataclass(frozen=True)
+class HypothesisText:
+    rationale: str
+    risk: str | None
+    confidence: float | None
+    notes: str | None
+
+
+@dataclass(frozen=True)
+class PatchInfo:
+    id: int
+    diff: str
+    files: list[str]
+    author_kind: str
+    author: str | None
+    apply_status: str | None
+    apply_error: str | None
+
+
+@dataclass(frozen=True)
+class TriedIn:
+    """An experiment that tried a hypothesis (directly or through one of its patches)."""
+
+    id: int
+    run: str
+    status: str
+
+
+def _patch_info(p: dict[str, Any] | None) -> PatchInfo | None:
+    if p is None:
+        return None
+    files = loads(p["files"])
+    return PatchInfo(
+        p["id"],
+        p["diff"],
+        [str(f) for f in files] if isinstance(files, list) else [],
+        p["author_kind"],
+        p["author"],
+        p["apply_status"],
+        p["apply_error"],
+    )
+
+
+def text(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisText:
+    r = one(db, "SELECT rationale, risk, confidence, notes FROM hypotheses WHERE id = ?", [hypothesis_id])
+    if r is None:
+        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    return HypothesisText(r["rationale"] or "", r["risk"], r["confidence"], r["notes"])
+
+
+def cited_evidence(db: sqlite_utils.Database, hypothesis_id: int) -> list[EvidenceLink]:
+    return [
+        EvidenceLink(e["id"], e["kind"], e["title"], e["source"], e["ref"], e["note"])
+        for e in rows(
+            db,
+            """SELECT e.id, e.kind, coalesce(e.title, '') AS title, e.ref, he.note,
+                      coalesce(s.title, s.name, s.url, '') AS source
+               FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id
+               JOIN sources s ON s.id = e.source_id
+               WHERE he.hypothesis_id = ? ORDER BY e.id""",
+            [hypothesis_id],
+        )
+    ]
+
+
+def source_refs(db: sqlite_utils.Database, hypothesis_id: int) -> list[str]:
+    found = rows(
+        db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY ref", [hypothesis_id]
+    )
+    return [x["ref"] for x in found]
+
+
+def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> PatchInfo | None:
+    return _patch_info(
+        one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
+    )
+
+
+def patch(db: sqlite_utils.Database, patch_id: int) -> PatchInfo | None:
+    return _patch_info(one(db, "SELECT * FROM patches WHERE id = ?", [patch_id]))
+
+
+def tried_in(db: sqlite_utils.Database, hypothesis_id: int, *, last: int = 20) -> list[TriedIn]:
+    """The newest experiments of a hypothesis, newest first."""
+    found = rows(
+        db,
+        """SELECT x.id, r.name AS run, x.status
+           FROM experiments x JOIN runs r ON r.id = x.run_id
+           WHERE x.hypothesis_id = ? OR x.patch_id IN (SELECT id FROM patches WHERE hypothesis_id = ?)
+           ORDER BY x.id DESC LIMIT ?""",
+        [hypothesis_id, hypothesis_id, last],
+    )
+    return [TriedIn(x["id"], x["run"], x["status"]) for x in found]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A hypothesis in priority order with its newest patch and the newest experiment that tried it
+    (`autoresearch queue list`)."""
+
+    id: int
+    title: str
+    status: str
+    priority: float
+    origin: str
+    patch_id: int | None
+    files: list[str]
+    sources: list[str]
+    experiment_id: int | None
+    outcome: str | None
+    outcome_reason: str | None
+
+
+def by_priority(db: sqlite_utils.Database) -> list[QueueEntry]:
+    found = rows(
+        db,
+        """
+        SELECT h.id, h.title, h.status, h.priority, h.origin,
+               p.id AS patch_id, p.files,
+               (SELECT group_concat(ref, char(30)) FROM (SELECT ref FROM hypothesis_sources s
+                WHERE s.hypothesis_id = h.id ORDER BY s.rowid)) AS sources,
+               e.id AS experiment_id, e.status AS outcome, e.reason AS outcome_reason
+        FROM hypotheses h
+        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+        LEFT JOIN experiments e ON e.id = (
+            SELECT max(id) FROM experiments WHERE patch_id = p.id OR hypothesis_id = h.id)
+        ORDER BY h.priority DESC, h.id
+        """,
+    )
+    return [
+        QueueEntry(
+            id=r["id"],
+            title=r["title"],
+            status=r["status"],
+            priority=r["priority"],
+            origin=r["origin"],
+            patch_id=r["patch_id"],
+            files=json.loads(r["files"]) if r["files"] else [],
+            # group_concat joined them with the record separator (refs may hold commas)
+            sources=r["sources"].split("\x1e") if r["sources"] else [],
+            experiment_id=r["experiment_id"],
+            outcome=r["outcome"],
+            outcome_reason=r["outcome_reason"],
+        )
+        for r in found
+    ]

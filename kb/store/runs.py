@@ -1,0 +1,279 @@
+"""Runs, their workers and their live experiments, as the fleet pane and the steering commands
+read them."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kb.errors import UserError
+from kb.store.paging import one, rows
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+#: A runner whose heartbeat is older than this is not driving its run any more (runner/measure/loop.py).
+STALE_HEARTBEAT = 30.0
+LIVE_RUN_STATUSES = ("running", "paused")
+LIVE_EXPERIMENT_STATUSES = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    id: int
+    name: str
+    status: str
+    backend: str
+    pid: int | None
+    host: str | None
+    started_at: float
+    ended_at: float | None
+    heartbeat_at: float | None
+    wave: int | None
+    waves: int
+    experiments: int
+    kept: int
+    cost_usd: float
+    error: str | None
+    pending_commands: int
+
+    def heartbeat_age(self, now: float) -> float | None:
+        return None if self.heartbeat_at is None else max(0.0, now - self.heartbeat_at)
+
+    def runner_live(self, now: float) -> bool:
+        """Is a runner process driving this run (a fresh heartbeat)?"""
+        age = self.heartbeat_age(now)
+        return self.status in LIVE_RUN_STATUSES and age is not None and age < STALE_HEARTBEAT
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    id: int
+    name: str
+    backend: str
+    status: str
+    noise: float | None
+    cost_usd: float
+    experiment_id: int | None
+    experiment: str | None
+    phase: str | None = None
+    """What a cluster is doing (launching, qualifying, downing, ...): the SkyPilot fleet's meta."""
+
+
+@dataclass(frozen=True)
+class FleetExperiment:
+    id: int
+    title: str
+    kind: str
+    wave: int | None
+    worker: str | None
+    backend: str | None
+    status: str
+    phase: str | None
+    reason: str | None
+    started_at: float | None
+    ended_at: float | None
+    pairs: int
+    log_path: str | None
+    """The experiment's newest log file (the running batch's), if any."""
+
+    def elapsed(self, now: float) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.ended_at if self.ended_at is not None else now) - self.started_at
+
+
+def run_status(db: sqlite_utils.Database, run_id: int) -> RunStatus | None:
+    r = one(
+        db,
+        """SELECT r.*,
+              (SELECT max(number) FROM waves w WHERE w.run_id = r.id) AS wave,
+              (SELECT count(*) FROM waves w WHERE w.run_id = r.id) AS n_waves,
+              (SELECT count(*) FROM experiments e WHERE e.run_id = r.id) AS n_exp,
+              (SELECT count(*) FROM experiments e WHERE e.run_id = r.id AND e.status = 'kept') AS n_kept,
+              (SELECT count(*) FROM commands c WHERE c.status = 'pending') AS n_cmd
+           FROM runs r WHERE r.id = ?""",
+        [run_id],
+    )
+    if r is None:
+        return None
+    return RunStatus(
+        id=r["id"],
+        name=r["name"],
+        status=r["status"],
+        backend=r["backend"],
+        pid=r["pid"],
+        host=r["host"],
+        started_at=r["started_at"],
+        ended_at=r["ended_at"],
+        heartbeat_at=r["heartbeat_at"],
+        wave=r["wave"],
+        waves=r["n_waves"],
+        experiments=r["n_exp"],
+        kept=r["n_kept"],
+        cost_usd=r["cost_usd"] or 0.0,
+        error=r["error"],
+        pending_commands=r["n_cmd"],
+    )
+
+
+def current_run_id(db: sqlite_utils.Database) -> int | None:
+    """The run going on (running or paused), else the latest one."""
+    r = one(db, "SELECT id FROM runs ORDER BY status IN ('running', 'paused') DESC, id DESC LIMIT 1")
+    return None if r is None else int(r["id"])
+
+
+def latest_run_id(db: sqlite_utils.Database) -> int | None:
+    r = one(db, "SELECT id FROM runs ORDER BY id DESC LIMIT 1")
+    return None if r is None else int(r["id"])
+
+
+def _worker_phase(row: dict[str, Any]) -> str | None:
+    try:
+        meta = json.loads(row["meta"]) if row["meta"] else {}
+    except ValueError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    return "downing" if meta.get("teardown") == "pending" else meta.get("phase")
+
+
+def run_workers(db: sqlite_utils.Database, run_id: int) -> list[WorkerRow]:
+    """A run's workers, each with the experiment it is running."""
+    return [
+        WorkerRow(
+            r["id"],
+            r["name"],
+            r["backend"],
+            r["status"],
+            r["noise"],
+            r["cost_usd"] or 0.0,
+            r["exp_id"],
+            r["exp_title"],
+            _worker_phase(r),
+        )
+        for r in rows(
+            db,
+            """SELECT k.*, x.id AS exp_id, x.title AS exp_title FROM workers k
+               LEFT JOIN experiments x ON x.id = (
+                   SELECT id FROM experiments WHERE worker_id = k.id AND status = 'running'
+                   ORDER BY id DESC LIMIT 1)
+               WHERE k.run_id = ? ORDER BY k.id""",
+            [run_id],
+        )
+    ]
+
+
+_FLEET_SELECT = """
+    SELECT x.id, x.title, x.kind, x.status, x.phase, x.reason, x.started_at, x.ended_at, x.log_dir,
+           w.number AS wave, k.name AS worker, k.backend AS backend,
+           (SELECT j.log_path FROM jobs j WHERE j.experiment_id = x.id
+            ORDER BY j.id DESC LIMIT 1) AS log_path,
+           (SELECT d.pairs FROM decisions d WHERE d.experiment_id = x.id AND d.origin != 'redecide'
+            ORDER BY d.id DESC LIMIT 1) AS pairs
+    FROM experiments x LEFT JOIN waves w ON w.id = x.wave_id LEFT JOIN workers k ON k.id = x.worker_id
+"""
+
+
+def fleet_experiments(db: sqlite_utils.Database, run_id: int, *, finished: int = 30) -> list[FleetExperiment]:
+    """Live experiments (running, queued) first, then the `finished` most recent others."""
+    live = rows(
+        db,
+        _FLEET_SELECT + " WHERE x.run_id = ? AND x.status IN ('running', 'queued') "
+        "ORDER BY x.status = 'running' DESC, x.id",
+        [run_id],
+    )
+    done = rows(
+        db,
+        _FLEET_SELECT
+        + " WHERE x.run_id = ? AND x.status NOT IN ('running', 'queued') ORDER BY x.id DESC LIMIT ?",
+        [run_id, finished],
+    )
+    return [
+        FleetExperiment(
+            id=r["id"],
+            title=r["title"],
+            kind=r["kind"],
+            wave=r["wave"],
+            worker=r["worker"],
+            backend=r["backend"],
+            status=r["status"],
+            phase=r["phase"],
+            reason=r["reason"],
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            pairs=r["pairs"] or 0,
+            log_path=r["log_path"] or newest_log(r["log_dir"]),
+        )
+        for r in [*live, *done]
+    ]
+
+
+def newest_log(folder: str | None) -> str | None:
+    """The newest .log file of an experiment's folder (a batch that has no job row yet)."""
+    if not folder:
+        return None
+    try:
+        logs = [e for e in os.scandir(folder) if e.is_file() and e.name.endswith(".log")]
+    except OSError:
+        return None
+    if not logs:
+        return None
+    return max(logs, key=lambda e: (e.stat().st_mtime, e.name)).path
+
+
+def experiment_log_dir(db: sqlite_utils.Database, experiment_id: int) -> str | None:
+    r = one(db, "SELECT log_dir FROM experiments WHERE id = ?", [experiment_id])
+    if r is None:
+        raise UserError(f"experiment {experiment_id}: no such experiment")
+    return str(r["log_dir"]) if r["log_dir"] else None
+
+
+def experiment_status(db: sqlite_utils.Database, experiment_id: int) -> str:
+    r = one(db, "SELECT status FROM experiments WHERE id = ?", [experiment_id])
+    if r is None:
+        raise UserError(f"experiment {experiment_id}: no such experiment")
+    return str(r["status"])
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What starting a run from another run's winners needs of it."""
+
+    id: int
+    name: str
+    status: str
+    branch: str | None
+    head_commit: str | None
+    baseline_commit: str | None
+
+
+def run_by_ref(db: sqlite_utils.Database, ref: str) -> RunRef | None:
+    """The run named `ref`, or whose id is `ref`."""
+    r = one(db, "SELECT * FROM runs WHERE name = ? OR CAST(id AS TEXT) = ?", [ref, ref])
+    if r is None:
+        return None
+    return RunRef(r["id"], r["name"], r["status"], r["branch"], r["head_commit"], r["baseline_commit"])
+
+
+def run_of_pid(db: sqlite_utils.Database, pid: int) -> tuple[int, str] | None:
+    """(id, name) of the newest run a runner process with this pid started."""
+    r = one(db, "SELECT id, name FROM runs WHERE pid = ? ORDER BY id DESC LIMIT 1", [pid])
+    return None if r is None else (int(r["id"]), str(r["name"]))
+
+
+def winner_count(db: sqlite_utils.Database, run_id: int) -> int:
+    r = one(db, "SELECT count(*) AS n FROM winners WHERE run_id = ?", [run_id])
+    return int(r["n"]) if r else 0
+
+
+def last_run_with_winners(db: sqlite_utils.Database) -> tuple[str, int] | None:
+    """(name, winners) of the newest run that kept winners."""
+    r = one(
+        db,
+        "SELECT r.name, count(w.id) AS n FROM runs r JOIN winners w ON w.run_id = r.id "
+        "GROUP BY r.id ORDER BY r.id DESC LIMIT 1",
+    )
+    return None if r is None else (str(r["name"]), int(r["n"]))
