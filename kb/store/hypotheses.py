@@ -161,3 +161,73 @@ def by_priority(db: sqlite_utils.Database) -> list[QueueEntry]:
         )
         for r in found
     ]
+
+
+@dataclass(frozen=True)
+class CitedSource:
+    """Evidence a hypothesis cites, with its source's URL (`hypotheses show`); fields in the order
+    `--json` prints them."""
+
+    id: int
+    kind: str
+    title: str | None
+    ref: str
+    source: str | None
+    url: str | None
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    id: int
+    author_kind: str
+    author: str | None
+    llm_call_id: int | None
+    apply_status: str | None
+    apply_error: str | None
+    files: list[str]
+    diff: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class FamilyMember:
+    id: int
+    status: str
+    rank: float | None
+    title: str
+
+
+def stored(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+    """Every column of a hypothesis as stored: `hypotheses show --json` prints them all, whatever
+    the migrations added, so this one stays a mapping."""
+    return one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+
+
+def cited_sources(db: sqlite_utils.Database, hypothesis_id: int) -> list[CitedSource]:
+    found = rows(
+        db,
+        "SELECT e.id, e.kind, e.title, e.ref, coalesce(s.title, s.name, s.url) AS source, s.url "
+        "FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id "
+        "JOIN sources s ON s.id = e.source_id WHERE he.hypothesis_id = ? ORDER BY e.id",
+        [hypothesis_id],
+    )
+    return [CitedSource(**r) for r in found]
+
+
+def patches(db: sqlite_utils.Database, hypothesis_id: int) -> list[PatchRecord]:
+    found = rows(
+        db,
+        "SELECT id, author_kind, author, llm_call_id, apply_status, apply_error, files, diff, created_at "
+        "FROM patches WHERE hypothesis_id = ? ORDER BY id",
+        [hypothesis_id],
+    )
+    return [PatchRecord(**{**r, "files": json.loads(r["files"])}) for r in found]
+
+
+def family(db: sqlite_utils.Database, family_id: int) -> list[FamilyMember]:
+    found = rows(
+        db,
+        "SELECT id, status, rank, title FROM hypotheses WHERE family = ? ORDER BY rank DESC, id",
+        [family_id],
+    )
+    return [FamilyMember(**r) for r in found]

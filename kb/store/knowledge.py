@@ -348,3 +348,23 @@ def evidence_link(db: sqlite_utils.Database, evidence_id: int) -> EvidenceLink:
     if r is None:
         raise UserError(f"evidence {evidence_id}: no such evidence id")
     return EvidenceLink(r["id"], r["kind"], r["title"], r["source"], r["ref"])
+
+
+@dataclass(frozen=True)
+class Note:
+    body: str | None
+    meta: str | None
+    """JSON text."""
+
+
+def note(db: sqlite_utils.Database, evidence_id: int) -> Note | None:
+    r = one(db, "SELECT body, meta FROM evidence WHERE id = ?", [evidence_id])
+    return None if r is None else Note(r["body"], r["meta"])
+
+
+def gap_count(db: sqlite_utils.Database) -> int:
+    return count(db, "SELECT count(*) FROM evidence WHERE kind = 'gap'")
+
+
+def fork_count(db: sqlite_utils.Database) -> int:
+    return count(db, "SELECT count(*) FROM sources WHERE kind = 'fork'")

@@ -16,15 +16,8 @@ SQL = re.compile(
     r"""|\.(execute|executemany|executescript|query)\(\s*[^\s)]"""
 )
 
-# Files whose SQL has not moved to kb/store yet (issue 14): shrink this list, never grow it.
-KNOWN = {
-    "tui/cli/demo_cmd.py",
-    "tui/cli/fleet_cmd.py",
-    "tui/cli/hypotheses_cmd.py",
-    "tui/cli/llm_cmd.py",
-    "tui/cli/queue_cmd.py",
-    "tui/cli/run_cmd.py",
-}
+# Files whose SQL has not moved to kb/store yet (issue 14): shrink this set, never grow it.
+KNOWN: set[str] = set()
 
 
 def sql_lines() -> dict[str, list[str]]:

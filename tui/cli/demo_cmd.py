@@ -79,12 +79,13 @@ def cli(
 
 def _after_interrupt(root: Path) -> str:
     """What to do next: resume the run if it had started, else start again."""
-    from kb.db import DB_NAME, connect, one
+    from kb.db import DB_NAME, connect
+    from kb.store.runs import latest_run_id
 
     if (root / DB_NAME).is_file():
         db = connect(root / DB_NAME, readonly=True)
         try:
-            run = one(db, "SELECT id FROM runs ORDER BY id DESC LIMIT 1")
+            run = latest_run_id(db)
         finally:
             db.conn.close()
         if run is not None:

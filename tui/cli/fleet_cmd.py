@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number
+
+if TYPE_CHECKING:
+    from kb.store.workers import Worker
 
 LIVE = ("provisioning", "qualifying", "ready", "busy")
 
@@ -37,54 +40,31 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _worker_rows(db: Any, *, show_all: bool, run_id: int | None) -> list[dict[str, Any]]:
-    from kb.db import rows
-
-    where = ["1 = 1"]
-    params: list[Any] = []
-    if run_id is not None:
-        where.append("w.run_id = ?")
-        params.append(run_id)
-    if not show_all:
-        # Live workers, and clusters whose teardown is not confirmed yet.
-        where.append(
-            f"(w.status IN ({','.join('?' for _ in LIVE)}) "
-            "OR coalesce(json_extract(w.meta, '$.teardown'), 'done') != 'done')"
-        )
-        params.extend(LIVE)
-    return rows(
-        db,
-        "SELECT w.*, r.name AS run_name, r.status AS run_status FROM workers w "
-        f"LEFT JOIN runs r ON r.id = w.run_id WHERE {' AND '.join(where)} ORDER BY w.id",
-        params,
-    )
-
-
-def _describe(worker: dict[str, Any], stamp: float) -> dict[str, Any]:
-    meta = _meta(worker["meta"])
-    started = meta.get("launched_at") or worker["started_at"]
-    ended = meta.get("torn_down_at") or worker["ended_at"]
+def _describe(worker: Worker, stamp: float) -> dict[str, Any]:
+    meta = _meta(worker.meta)
+    started = meta.get("launched_at") or worker.started_at
+    ended = meta.get("torn_down_at") or worker.ended_at
     teardown = meta.get("teardown")
     return {
-        "id": worker["id"],
-        "run_id": worker["run_id"],
-        "run": worker["run_name"],
-        "run_status": worker["run_status"],
-        "name": worker["name"],
-        "backend": worker["backend"],
-        "status": worker["status"],
+        "id": worker.id,
+        "run_id": worker.run_id,
+        "run": worker.run_name,
+        "run_status": worker.run_status,
+        "name": worker.name,
+        "backend": worker.backend,
+        "status": worker.status,
         "phase": "downing"
         if teardown == "pending"
         else f"experiment {meta.get('experiment')}"
-        if worker["status"] == "busy" and meta.get("experiment")
-        else meta.get("phase") or worker["status"],
+        if worker.status == "busy" and meta.get("experiment")
+        else meta.get("phase") or worker.status,
         "teardown": teardown,
-        "noise": worker["noise"],
-        "price_per_hour": worker["price_per_hour"],
-        "cost_usd": worker["cost_usd"],
+        "noise": worker.noise,
+        "price_per_hour": worker.price_per_hour,
+        "cost_usd": worker.cost_usd,
         "age_seconds": round((ended or stamp) - started, 1) if started else None,
         "reason": meta.get("reason"),
-        "resources": _meta(worker["resources"]) if worker["resources"] else None,
+        "resources": _meta(worker.resources) if worker.resources else None,
     }
 
 
@@ -96,12 +76,14 @@ def _describe(worker: dict[str, Any], stamp: float) -> dict[str, Any]:
 @click.pass_context
 def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool, as_json: bool) -> None:
     """Workers (local slots, SkyPilot clusters): phase, A/A noise, price and cost, with run totals."""
-    from kb.db import now, rows
+    from kb.db import now
+    from kb.store import llm_calls
+    from kb.store import workers as worker_store
 
     ws = workspace(ctx)
     db = ws.db()
     stamp = now()
-    workers = [_describe(w, stamp) for w in _worker_rows(db, show_all=show_all, run_id=run_id)]
+    workers = [_describe(w, stamp) for w in worker_store.listed(db, LIVE, show_all=show_all, run_id=run_id)]
     if refresh:
         from runner.fleet.skypilot import cluster_statuses
 
@@ -111,33 +93,18 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
             if worker["backend"] == "skypilot":
                 worker["sky_status"] = found.get(worker["name"], "missing")
     run_ids = sorted({w["run_id"] for w in workers if w["run_id"] is not None})
-    totals = []
-    if run_ids:
-        marks = ",".join("?" for _ in run_ids)
-        llm = {
-            r["run_id"]: r["c"]
-            for r in rows(
-                db,
-                f"SELECT run_id, coalesce(sum(cost_usd), 0) AS c FROM llm_calls WHERE run_id IN ({marks}) "
-                "GROUP BY run_id",
-                run_ids,
-            )
+    llm = llm_calls.cost_by_run(db, run_ids)
+    totals = [
+        {
+            "run_id": c.run_id,
+            "run": c.run,
+            "status": c.status,
+            "vm_usd": c.vm_usd,
+            "experiments_usd": c.experiments_usd,
+            "llm_usd": llm.get(c.run_id, 0.0),
         }
-        for run in rows(db, f"SELECT id, name, status FROM runs WHERE id IN ({marks}) ORDER BY id", run_ids):
-            vm = rows(db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM workers WHERE run_id = ?", [run["id"]])
-            exp = rows(
-                db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM experiments WHERE run_id = ?", [run["id"]]
-            )
-            totals.append(
-                {
-                    "run_id": run["id"],
-                    "run": run["name"],
-                    "status": run["status"],
-                    "vm_usd": vm[0]["c"],
-                    "experiments_usd": exp[0]["c"],
-                    "llm_usd": llm.get(run["id"], 0.0),
-                }
-            )
+        for c in worker_store.run_costs(db, run_ids)
+    ]
     if as_json:
         echo_json({"workers": workers, "runs": totals})
         return
@@ -189,41 +156,28 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
 
     Clusters whose teardown failed or was never confirmed are tried again.
     """
-    from kb.db import rows
+    from kb.store.workers import teardown_candidates
 
     ws = workspace(ctx)
     db = ws.db()
     from runner.fleet.skypilot import down_workers, run_is_live
 
-    where = (
-        f"w.backend = 'skypilot' AND (w.status IN ({','.join('?' for _ in LIVE)}) "
-        "OR coalesce(json_extract(w.meta, '$.teardown'), '') != 'done')"
-    )
-    params: list[Any] = list(LIVE)
-    if run_id is not None:
-        where += " AND w.run_id = ?"
-        params.append(run_id)
-    candidates = rows(
-        db,
-        "SELECT w.*, r.status AS run_status, r.heartbeat_at AS run_heartbeat FROM workers w "
-        f"LEFT JOIN runs r ON r.id = w.run_id WHERE {where} ORDER BY w.id",
-        params,
-    )
+    candidates = teardown_candidates(db, LIVE, run_id)
     kept = [
         c
         for c in candidates
         if not down_all
-        and run_is_live({"status": c["run_status"], "heartbeat_at": c["run_heartbeat"]})
-        and c["status"] in LIVE
+        and run_is_live({"status": c.run_status, "heartbeat_at": c.run_heartbeat})
+        and c.status in LIVE
     ]
     chosen = [c for c in candidates if c not in kept]
     if not as_json:
         for c in kept:
-            click.echo(f"kept {c['name']}: its run {c['run_id']} is live (--all downs it too)", err=True)
+            click.echo(f"kept {c.name}: its run {c.run_id} is live (--all downs it too)", err=True)
         if chosen:
-            click.echo(f"downing {len(chosen)} cluster(s): {', '.join(c['name'] for c in chosen)}", err=True)
+            click.echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
     started = time.monotonic()
-    after = down_workers(db, [c["id"] for c in chosen], wait=wait) if chosen else []
+    after = down_workers(db, [c.id for c in chosen], wait=wait) if chosen else []
     results = [
         {
             "id": r["id"],
@@ -239,7 +193,7 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
         echo_json(
             {
                 "downed": results,
-                "kept": [{"id": c["id"], "name": c["name"], "run_id": c["run_id"]} for c in kept],
+                "kept": [{"id": c.id, "name": c.name, "run_id": c.run_id} for c in kept],
                 "seconds": round(time.monotonic() - started, 1),
             }
         )

@@ -99,14 +99,10 @@ _FILL_QUEUE = (
 
 def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[str]:
     """Why `mine` added nothing, and what would give it something to mine."""
-    from kb.db import one
+    from kb.store.knowledge import fork_count, gap_count
 
-    def count(sql: str) -> int:
-        row = one(db, sql)
-        return int(row["n"]) if row else 0
-
-    gaps = count("SELECT count(*) AS n FROM evidence WHERE kind = 'gap'")
-    forks = count("SELECT count(*) AS n FROM sources WHERE kind = 'fork'")
+    gaps = gap_count(db)
+    forks = fork_count(db)
     lines = ["Nothing new to mine."]
     if not gaps:
         lines.append(
@@ -211,7 +207,7 @@ def reflect(
     ctx: click.Context, wave: int, no_model: bool, model: str | None, api_base: str | None, as_json: bool
 ) -> None:
     """Write the post-mortem of WAVE (a wave id) as a KB note for the next research phase."""
-    from kb.db import one
+    from kb.store.knowledge import note as stored_note
     from runner.research.reflection import reflect_on_wave
 
     ws = workspace(ctx)
@@ -222,19 +218,19 @@ def reflect(
 
         client = client_for(db, ws.settings.llm, model=model, api_base=api_base)
     evidence_id = reflect_on_wave(ws, db, wave, client=client, use_model=not no_model)
-    note = one(db, "SELECT body, meta FROM evidence WHERE id = ?", [evidence_id]) or {}
+    note = stored_note(db, evidence_id)
     if as_json:
         echo_json(
             {
                 "wave": wave,
                 "evidence_id": evidence_id,
-                "meta": json.loads(note.get("meta") or "{}"),
-                "body": note.get("body"),
+                "meta": json.loads((note.meta if note else None) or "{}"),
+                "body": note.body if note else None,
             }
         )
         return
     click.echo(f"Reflection stored as evidence {evidence_id}:\n")
-    click.echo(note.get("body", ""))
+    click.echo(note.body if note else "")
 
 
 _LIST_LIMIT = 50
@@ -377,33 +373,17 @@ def rank(ctx: click.Context, as_json: bool) -> None:
 
 
 def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
-    from kb.db import one, rows
-    from kb.errors import UserError
+    from dataclasses import asdict
 
-    row = one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+    from kb.errors import UserError
+    from kb.store import hypotheses as store
+
+    row = store.stored(db, hypothesis_id)
     if row is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
-    row["evidence"] = rows(
-        db,
-        "SELECT e.id, e.kind, e.title, e.ref, coalesce(s.title, s.name, s.url) AS source, s.url "
-        "FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id "
-        "JOIN sources s ON s.id = e.source_id WHERE he.hypothesis_id = ? ORDER BY e.id",
-        [hypothesis_id],
-    )
-    row["sources"] = [
-        r["ref"]
-        for r in rows(
-            db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY ref", [hypothesis_id]
-        )
-    ]
-    row["patches"] = rows(
-        db,
-        "SELECT id, author_kind, author, llm_call_id, apply_status, apply_error, files, diff, created_at "
-        "FROM patches WHERE hypothesis_id = ? ORDER BY id",
-        [hypothesis_id],
-    )
-    for p in row["patches"]:
-        p["files"] = json.loads(p["files"])
+    row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
+    row["sources"] = store.source_refs(db, hypothesis_id)
+    row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
     from runner.queue_query import queue_row
 
     queued = queue_row(db, hypothesis_id)
@@ -412,13 +392,7 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     row["outcome"] = queued.outcome
     row["waits_behind"] = queued.waits_behind
     row["family_members"] = (
-        rows(
-            db,
-            "SELECT id, status, rank, title FROM hypotheses WHERE family = ? ORDER BY rank DESC, id",
-            [row["family"]],
-        )
-        if row.get("family") is not None
-        else []
+        [asdict(m) for m in store.family(db, row["family"])] if row.get("family") is not None else []
     )
     return row
 

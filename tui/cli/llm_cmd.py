@@ -27,18 +27,16 @@ def cli() -> None:
 @click.pass_context
 def log(ctx: click.Context, limit: int, purpose: str | None, as_json: bool) -> None:
     """The latest model calls; --json includes prompts and responses."""
-    from kb.db import one, rows
+    from dataclasses import asdict
+
+    from kb.store import llm_calls
 
     ws = workspace(ctx)
     db = ws.db()
-    where = "WHERE purpose = ?" if purpose else ""
-    calls = rows(
-        db,
-        f"SELECT * FROM llm_calls {where} ORDER BY id DESC LIMIT ?",
-        [*([purpose] if purpose else []), limit],
-    )
-    totals = one(db, "SELECT count(*) AS n, coalesce(sum(cost_usd), 0) AS spent FROM llm_calls") or {}
+    found = llm_calls.latest(db, limit, purpose)
+    totals = llm_calls.totals(db)
     budget = ws.settings.llm.budget_usd
+    calls = [asdict(c) for c in found]
     if as_json:
         for call in calls:
             with contextlib.suppress(ValueError):
@@ -46,8 +44,8 @@ def log(ctx: click.Context, limit: int, purpose: str | None, as_json: bool) -> N
         echo_json(
             {
                 "calls": calls,
-                "total_calls": totals.get("n", 0),
-                "spent_usd": totals.get("spent", 0.0),
+                "total_calls": totals.calls,
+                "spent_usd": totals.spent_usd,
                 "budget_usd": budget,
             }
         )
@@ -73,4 +71,4 @@ def log(ctx: click.Context, limit: int, purpose: str | None, as_json: bool) -> N
             for c in calls
         ],
     )
-    click.echo(f"\n{totals.get('n', 0)} calls, ${totals.get('spent', 0.0):.4f} spent of ${budget:.2f} budget")
+    click.echo(f"\n{totals.calls} calls, ${totals.spent_usd:.4f} spent of ${budget:.2f} budget")

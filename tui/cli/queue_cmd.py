@@ -67,8 +67,9 @@ def add(
 
     Checked at once, not at the next run: a patch that touches a protected path is refused, and so
     is one that does not apply to the baseline (unless --unchecked)."""
-    from kb.db import one, transaction
+    from kb.db import transaction
     from kb.errors import UserError, read_text
+    from kb.store.hypotheses import patch as stored_patch
     from runner.cite import resolve
     from runner.hypotheses import add_hypothesis, add_patch
 
@@ -124,13 +125,11 @@ def add(
             )
         except UserError as exc:
             raise UserError(f"{patch_file}: {str(exc).split(': ', 1)[-1]}") from None
-        patch = one(db, "SELECT files FROM patches WHERE id = ?", [pid])
+        patch = stored_patch(db, pid)
     from runner.rank import rerank
 
     rerank(ws, db, ids=[hid])  # its place in the queue (runner/rank.py)
-    import json
-
-    files = json.loads(patch["files"]) if patch else []
+    files = patch.files if patch else []
     if as_json:
         echo_json(
             {
@@ -164,49 +163,30 @@ def add(
 @click.pass_context
 def list_(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     """Hypotheses in queue order, with their patch and latest experiment outcome."""
-    import json
-
-    from kb.db import rows
+    from kb.store.hypotheses import by_priority
     from runner.hypotheses import runnable
 
     ws = workspace(ctx)
     db = ws.db()
     ready = {r["id"] for r in runnable(db, require_approval=ws.settings.hypotheses.require_approval)}
-    found = rows(
-        db,
-        """
-        SELECT h.id, h.title, h.status, h.priority, h.origin,
-               p.id AS patch_id, p.files,
-               (SELECT group_concat(ref, char(30)) FROM (SELECT ref FROM hypothesis_sources s
-                WHERE s.hypothesis_id = h.id ORDER BY s.rowid)) AS sources,
-               e.id AS experiment_id, e.status AS outcome, e.reason AS outcome_reason
-        FROM hypotheses h
-        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-        LEFT JOIN experiments e ON e.id = (
-            SELECT max(id) FROM experiments WHERE patch_id = p.id OR hypothesis_id = h.id)
-        ORDER BY h.priority DESC, h.id
-        """,
-    )
-    items: list[dict[str, Any]] = []
-    for r in found:
-        if r["patch_id"] is None and not show_all:
-            continue
-        items.append(
-            {
-                "hypothesis": r["id"],
-                "title": r["title"],
-                "status": r["status"],
-                "priority": r["priority"],
-                "origin": r["origin"],
-                "patch": r["patch_id"],
-                "files": json.loads(r["files"]) if r["files"] else [],
-                "sources": r["sources"].split("\x1e") if r["sources"] else [],
-                "runnable": r["patch_id"] in ready,
-                "experiment": r["experiment_id"],
-                "outcome": r["outcome"],
-                "outcome_reason": r["outcome_reason"],
-            }
-        )
+    items: list[dict[str, Any]] = [
+        {
+            "hypothesis": r.id,
+            "title": r.title,
+            "status": r.status,
+            "priority": r.priority,
+            "origin": r.origin,
+            "patch": r.patch_id,
+            "files": r.files,
+            "sources": r.sources,
+            "runnable": r.patch_id in ready,
+            "experiment": r.experiment_id,
+            "outcome": r.outcome,
+            "outcome_reason": r.outcome_reason,
+        }
+        for r in by_priority(db)
+        if r.patch_id is not None or show_all
+    ]
     if as_json:
         echo_json(items)
         return

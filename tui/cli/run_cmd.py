@@ -153,42 +153,35 @@ def _check_validation(ws: Any, parallel: int | None, backend: str | None, skip: 
 def _baseline(ws: Any, from_winners: str | None) -> tuple[str | None, str]:
     """The commit a new run starts from (None: the config's) and where it comes from, in words."""
     from kb import gitrepo
-    from kb.db import one, rows
     from kb.errors import UserError
+    from kb.store import runs
 
     db = ws.db()
     settings = ws.settings
     try:
         if from_winners is None:
             origin = f"target.baseline {settings.target.baseline!r} of autoresearch.toml (resolved at init)"
-            earlier = rows(
-                db,
-                "SELECT r.name, count(w.id) AS n FROM runs r JOIN winners w ON w.run_id = r.id "
-                "GROUP BY r.id ORDER BY r.id DESC LIMIT 1",
-            )
+            earlier = runs.last_run_with_winners(db)
             if earlier:
-                last = earlier[0]
+                name, n = earlier
                 origin += (
-                    f"; run {last['name']} kept {last['n']} winner(s) on autoresearch/{last['name']}, which "
-                    f"this run does not include (--from-winners {last['name']} starts from them)"
+                    f"; run {name} kept {n} winner(s) on autoresearch/{name}, which "
+                    f"this run does not include (--from-winners {name} starts from them)"
                 )
             return None, origin
-        run = one(
-            db, "SELECT * FROM runs WHERE name = ? OR CAST(id AS TEXT) = ?", [from_winners, from_winners]
-        )
+        run = runs.run_by_ref(db, from_winners)
         if run is None:
             raise UserError(f"--from-winners {from_winners}: no such run (see autoresearch history)")
-        if run["status"] in ("running", "paused"):
-            raise UserError(f"--from-winners {from_winners}: the run is still {run['status']}; wait for it")
+        if run.status in ("running", "paused"):
+            raise UserError(f"--from-winners {from_winners}: the run is still {run.status}; wait for it")
         repo = gitrepo.open_repo(ws.mirror_path)
-        head = (gitrepo.branch_head(repo, run["branch"]) if run["branch"] else None) or run["head_commit"]
+        head = (gitrepo.branch_head(repo, run.branch) if run.branch else None) or run.head_commit
         if not head:
             raise UserError(f"--from-winners {from_winners}: the run has no head commit")
-        count = one(db, "SELECT count(*) AS n FROM winners WHERE run_id = ?", [run["id"]])
-        kept = count["n"] if count else 0
+        kept = runs.winner_count(db, run.id)
         origin = (
-            f"the head of run {run['name']} ({run['branch']}: {kept} winner(s) on top of "
-            f"{(run['baseline_commit'] or '?')[:12]})"
+            f"the head of run {run.name} ({run.branch}: {kept} winner(s) on top of "
+            f"{(run.baseline_commit or '?')[:12]})"
         )
         return head, origin
     finally:
@@ -212,7 +205,8 @@ def _print_summary(data: dict[str, Any]) -> None:
 
 def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_json: bool) -> None:
     """Start this same command without --detach in its own session, output to a log file."""
-    from kb.db import connect, one
+    from kb.db import connect
+    from kb.store.runs import run_of_pid
 
     # The child runs this same command, without --detach, on the same workspace.
     argv = [sys.executable, "-m", "tui.cli", "--workspace", str(root), "run", *_subcommand_args(ctx)]
@@ -228,11 +222,11 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
             close_fds=True,
             cwd=root,
         )
-    run: dict[str, Any] | None = None
+    run: tuple[int, str] | None = None
     deadline = time.monotonic() + 20
     db = connect(db_path, create=False)
     while time.monotonic() < deadline and child.poll() is None:
-        run = one(db, "SELECT id, name FROM runs WHERE pid = ? ORDER BY id DESC LIMIT 1", [child.pid])
+        run = run_of_pid(db, child.pid)
         if run:
             break
         time.sleep(0.1)
@@ -242,13 +236,13 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
     info = {
         "pid": child.pid,
         "log": str(log_path),
-        "run": run["id"] if run else None,
-        "name": run["name"] if run else None,
+        "run": run[0] if run else None,
+        "name": run[1] if run else None,
     }
     if as_json:
         echo_json(info)
     else:
-        which = f"run {run['name']} (id {run['id']})" if run else "the runner"
+        which = f"run {run[1]} (id {run[0]})" if run else "the runner"
         click.echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
 
 
