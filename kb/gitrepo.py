@@ -21,6 +21,26 @@ if TYPE_CHECKING:
 _URL = re.compile(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
 
 
+#: Who makes the commits autoresearch writes (the baseline worktrees, the run branch, the recipe's
+#: clone): one identity, so `git log --author=autoresearch` finds them all.
+AUTHOR_NAME = "autoresearch"
+AUTHOR_EMAIL = "autoresearch@localhost"
+
+
+def identity_env(date: str | None = None) -> dict[str, str]:
+    """GIT_AUTHOR_* and GIT_COMMITTER_* for autoresearch's commits; `date` fixes both dates
+    (git's `@<epoch> +0000` form), so a commit made again from the same decision is the same."""
+    env = {
+        "GIT_AUTHOR_NAME": AUTHOR_NAME,
+        "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL,
+        "GIT_COMMITTER_NAME": AUTHOR_NAME,
+        "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL,
+    }
+    if date is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
+    return env
+
+
 def is_url(location: str) -> bool:
     return bool(_URL.match(location))
 

@@ -20,7 +20,7 @@ import sqlite_utils
 
 from kb.db import insert, now, one, rows, transaction, update
 from kb.errors import UserError
-from runner.vocabulary import HYPOTHESIS_STATUSES
+from kb.vocabulary import HYPOTHESIS_STATUSES
 
 HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable", "needs_port"]
 STATUSES: tuple[str, ...] = HYPOTHESIS_STATUSES

@@ -29,7 +29,7 @@ import sqlite_utils
 
 from kb.db import rows
 from kb.errors import UserError
-from runner.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
+from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 
 OPEN_STATUSES: tuple[str, ...] = ("proposed", "approved", "patched")
 """Statuses of a hypothesis that may still run (a family's leader is chosen among them)."""

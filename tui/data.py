@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kb import vocabulary as _vocabulary
 from kb.errors import UserError
 
 # The typed rows and queries live in the data layer (kb.store); screens and tests import them from
@@ -55,16 +56,15 @@ from kb.store.paging import (
     version,
 )
 from kb.store.runs import (
-    LIVE_EXPERIMENT_STATUSES,
-    LIVE_RUN_STATUSES,
-    STALE_HEARTBEAT,
     FleetExperiment,
     RunStatus,
     WorkerRow,
     current_run_id,
     experiment_log_dir,
 )
-from runner import vocabulary as _vocabulary
+from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
+from kb.vocabulary import RUN_LIVE as LIVE_RUN_STATUSES
+from kb.vocabulary import STALE_HEARTBEAT
 
 if TYPE_CHECKING:
     import sqlite_utils

@@ -10,14 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
 from kb.store.paging import one, rows
+from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 
 if TYPE_CHECKING:
     import sqlite_utils
-
-#: A runner whose heartbeat is older than this is not driving its run any more (runner/measure/loop.py).
-STALE_HEARTBEAT = 30.0
-LIVE_RUN_STATUSES = ("running", "paused")
-LIVE_EXPERIMENT_STATUSES = ("queued", "running")
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class RunStatus:
     def runner_live(self, now: float) -> bool:
         """Is a runner process driving this run (a fresh heartbeat)?"""
         age = self.heartbeat_age(now)
-        return self.status in LIVE_RUN_STATUSES and age is not None and age < STALE_HEARTBEAT
+        return self.status in RUN_LIVE and age is not None and age < STALE_HEARTBEAT
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,7 @@ if TYPE_CHECKING:
 
 A_DIR = "a"
 B_DIR = "b"
-AUTHOR = {
-    "GIT_AUTHOR_NAME": "autoresearch",
-    "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
-    "GIT_COMMITTER_NAME": "autoresearch",
-    "GIT_COMMITTER_EMAIL": "autoresearch@localhost",
-}
+AUTHOR = gitrepo.identity_env()
 
 
 class Refused(Exception):

@@ -40,6 +40,7 @@ import sqlite_utils
 from kb import gitrepo
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
+from kb.vocabulary import EXPERIMENT_FINAL, EXPERIMENT_LIVE, SELF_TEST_STATUSES, STALE_HEARTBEAT
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet, JobRef, JobSpec, JobStatus, Worker, make_fleet, preflight
@@ -59,24 +60,12 @@ from runner.harness.protocol import WALL_METRIC, Invocation, LogParser
 from runner.harness.sandbox import sandbox_envs, weakest
 from runner.harness.template import load_template, one_line, render
 from runner.measure import runlock
-from runner.vocabulary import SELF_TEST_STATUSES
 
 Progress = Callable[[str], None]
 
-FINAL = (
-    "kept",
-    "discarded",
-    "inconclusive",
-    "checks_failed",
-    "crashed",
-    "refused",
-    "cancelled",
-    "lost",
-    *SELF_TEST_STATUSES,
-)
-LIVE = ("queued", "running")
+FINAL = EXPERIMENT_FINAL
+LIVE = EXPERIMENT_LIVE
 HEARTBEAT_SECONDS = 2.0
-STALE_HEARTBEAT = 30.0
 MAX_LOST_JOBS = 3
 MAX_RETRIES = 2
 SELF_TEST_ATTEMPTS = 2
@@ -880,7 +869,7 @@ class Runner:
                                 base,
                                 w["diff"],
                                 f"ablation: {w['title']}\n",
-                                env={k: v for k, v in _AUTHOR.items() if k not in os.environ},
+                                env={k: v for k, v in gitrepo.identity_env().items() if k not in os.environ},
                             )
                         except UserError:
                             base = None
@@ -2009,14 +1998,6 @@ class Runner:
 
     def summary(self) -> RunSummary:
         return run_summary(self.db, self.run_id)
-
-
-_AUTHOR = {
-    "GIT_AUTHOR_NAME": "autoresearch",
-    "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
-    "GIT_COMMITTER_NAME": "autoresearch",
-    "GIT_COMMITTER_EMAIL": "autoresearch@localhost",
-}
 
 
 def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kb import gitrepo
 from kb.errors import UserError
 
 SDIST = "llama-cpp-python==0.3.36"
@@ -117,13 +118,7 @@ def _pip_download(packages: list[str], dest: Path, *, sdist: bool = False) -> No
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "autoresearch",
-        "GIT_AUTHOR_EMAIL": "autoresearch@localhost",
-        "GIT_COMMITTER_NAME": "autoresearch",
-        "GIT_COMMITTER_EMAIL": "autoresearch@localhost",
-    }
+    env = {**os.environ, **gitrepo.identity_env()}
     return subprocess.run(
         ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env
     ).stdout.strip()

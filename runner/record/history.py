@@ -22,23 +22,10 @@ import sqlite_utils
 
 from kb.db import one, rows
 from kb.errors import UserError
+from kb.vocabulary import EXPERIMENT_FINAL
 from runner.stats import cell_pct
-from runner.vocabulary import SELF_TEST_STATUSES
 
-#: Statuses an experiment can no longer leave.
-FINISHED_STATUSES = (
-    "kept",
-    "discarded",
-    "inconclusive",
-    "checks_failed",
-    "crashed",
-    "refused",
-    "cancelled",
-    "lost",
-    *SELF_TEST_STATUSES,
-)
-#: Statuses reached through a statistical decision (what `redecide` re-judges).
-DECIDED_STATUSES = ("kept", "discarded", "inconclusive")
+FINISHED_STATUSES = EXPERIMENT_FINAL
 
 
 def parse_json(text: Any) -> Any:

@@ -27,6 +27,7 @@ import sqlite_utils
 
 from kb.db import insert, log_event, now, transaction
 from kb.errors import UserError
+from kb.vocabulary import DECIDED_STATUSES
 from runner import stats
 from runner.record import history
 from runner.stats import Decision, Guard, Policy, apply_guards, decide_wave
@@ -198,7 +199,7 @@ def redecide(
     by_wave: dict[int | None, dict[int, tuple[list[float], list[float]]]] = {}
     info: dict[int, history.ExperimentInfo] = {}
     for exp in exps:
-        if exp.status not in history.DECIDED_STATUSES:
+        if exp.status not in DECIDED_STATUSES:
             skipped.append(
                 {
                     "id": exp.id,

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb.errors import UserError
+from kb.vocabulary import legend
 from runner.record import history
 from runner.record.importer import summary_lines
 from runner.record.winners import provenance
 from runner.stats import cell_interval, cell_pct
-from runner.vocabulary import legend
 
 if TYPE_CHECKING:
     from kb.workspace import Workspace

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
+from kb import gitrepo
 from kb.db import insert, log_event, one, rows, transaction, update
 from kb.errors import UserError
 from runner.harness.patchpaths import ProtectedPath, check_commit, protected_paths
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
     from kb.workspace import Workspace
 
-AUTHOR_NAME = "autoresearch"
-AUTHOR_EMAIL = "autoresearch@localhost"
+AUTHOR_NAME = gitrepo.AUTHOR_NAME
+AUTHOR_EMAIL = gitrepo.AUTHOR_EMAIL
 
 TRAILER_RUN = "Autoresearch-Run"
 TRAILER_EXPERIMENT = "Autoresearch-Experiment"
@@ -369,14 +370,7 @@ def _commit_env(chain: _Chain) -> dict[str, str]:
         or chain.experiment["created_at"]
     )
     date = f"@{int(stamp)} +0000"
-    return {
-        "GIT_AUTHOR_NAME": AUTHOR_NAME,
-        "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL,
-        "GIT_COMMITTER_NAME": AUTHOR_NAME,
-        "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL,
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_DATE": date,
-    }
+    return gitrepo.identity_env(date)
 
 
 def _record(

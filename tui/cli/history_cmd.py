@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kb.vocabulary import help_epilog, legend
 from runner.stats import cell_interval, cell_pct
-from runner.vocabulary import help_epilog, legend
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT, Number, PathArg, count
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from runner.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
+from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, ROW_ID, Number
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from runner.vocabulary import help_epilog
+from kb.vocabulary import help_epilog
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, Number, PathArg
 

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static
 
-from runner.vocabulary import STATUS_MEANINGS
+from kb.vocabulary import STATUS_MEANINGS
 from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded

@@ -1,5 +1,6 @@
-"""The queue's words (DESIGN.md's statuses), importable without the database: the CLI's choices and
-the TUI's filters read them at start-up, and runner/hypotheses.py, runner/queue_query.py use them."""
+"""The product's words, one place for each (DESIGN.md's statuses, verdicts, phases, stop reasons and
+liveness). Importable without the database or the runner: the data layer (kb/store), the runner,
+the CLI's choices and the TUI's filters all read them here, so a new status is added once."""
 
 from __future__ import annotations
 
@@ -30,6 +31,56 @@ OUTCOMES: tuple[str, ...] = (
 """A hypothesis's outcome is its latest experiment's status; `none`: never measured."""
 SELF_TEST_STATUSES: tuple[str, ...] = ("passed", "failed")
 """An A/A self-test ends `passed` or `failed`, never with a candidate's verdict word (DESIGN.md)."""
+
+EXPERIMENT_LIVE: tuple[str, ...] = ("queued", "running")
+"""An experiment that can still change: waiting for a worker, or being measured."""
+DECIDED_STATUSES: tuple[str, ...] = ("kept", "discarded", "inconclusive")
+"""Statuses reached through a statistical decision (what `redecide` re-judges)."""
+EXPERIMENT_FINAL: tuple[str, ...] = (
+    *DECIDED_STATUSES,
+    "checks_failed",
+    "crashed",
+    "conflict",
+    "refused",
+    "cancelled",
+    "lost",
+    *SELF_TEST_STATUSES,
+)
+"""Statuses an experiment can no longer leave."""
+VERDICTS: tuple[str, ...] = ("keep", "discard", "inconclusive", "continue")
+"""What the statistical policy says of a candidate after a batch of pairs."""
+
+RUN_STATUSES: tuple[str, ...] = ("running", "paused", "finished", "failed", "interrupted")
+RUN_LIVE: tuple[str, ...] = ("running", "paused")
+"""A run a runner may still be driving (its heartbeat says whether one is)."""
+STALE_HEARTBEAT = 30.0
+"""Seconds: a runner whose heartbeat is older than this no longer drives its run (the runner beats
+every couple of seconds; a SkyPilot worker's watchdog and the console use the same figure)."""
+
+STOP_REASONS: tuple[str, ...] = (
+    "queue_empty",
+    "budget_usd",
+    "budget_minutes",
+    "waves",
+    "max_experiments",
+    "plateau",
+    "no_hypotheses",
+    "user",
+)
+"""Why a finished run stopped (runs.stop_reason, one token)."""
+STOP_MEANINGS: dict[str, str] = {
+    "queue_empty": "nothing left to measure",
+    "budget_usd": "the dollar budget (LLM and machines) is spent",
+    "budget_minutes": "the time budget is spent",
+    "waves": "the wave limit was reached",
+    "max_experiments": "the experiment limit was reached",
+    "plateau": "autopilot.patience waves in a row kept nothing",
+    "no_hypotheses": "the research phase found nothing new to try",
+    "user": "stopped by a person (steer stop, the console, Ctrl-C)",
+}
+
+PHASES: tuple[str, ...] = ("researching", "patching", "measuring", "reflecting", "idle")
+"""What a run is doing now (runs.phase), shown in the console."""
 
 STATUS_MEANINGS: dict[str, str] = {
     "queued": "waiting for a worker",
