@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from kb.db import rows  # noqa: E402
 from runner.hypotheses import add_hypothesis, add_patch  # noqa: E402
-from runner.measure.loop import RunOptions, start_run  # noqa: E402
+from runner.measure.run import RunOptions, start_run  # noqa: E402
 from tests.runner.runner_target import git, make_target, make_workspace  # noqa: E402
 
 SLEEP_BENCH = """#!/usr/bin/env bash

@@ -1,5 +1,5 @@
 """The loop's wiring: the measuring loop (runner.measure) with the research stage
-(runner.research) plugged in through the interface the loop defines (`runner.measure.loop.Research`).
+(runner.research) plugged in through the interface the loop defines (`runner.measure.common.Research`).
 
 Research and measure never import each other; this module sits above both, and every face starts
 runs through it (the CLI's `run`, the console's start dialog by way of the CLI, the demo).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from kb.workspace import Workspace
-from runner.measure.loop import Progress, Runner, RunOptions, resume_run, start_run
+from runner.measure.run import Progress, Runner, RunOptions, resume_run, start_run
 
 
 class LiteratureResearch:

@@ -15,7 +15,7 @@ The CLI and the tests share this function. Each stage calls the library the matc
                 generated from the KB and patched through the LLM (runner.research.generate,
                 runner.research.patch_writer);
 6. run        - the self-test, waves (each ending with its post-mortem stored as a KB note), winners
-                committed, stack and ablation (runner.measure.loop), as `run`;
+                committed, stack and ablation (runner.measure), as `run`;
 7. report     - Markdown and HTML (runner.record.report), as `report`.
 
 The demo's policy is sized for the demo's effects, not for llama.cpp: the real changes move the
@@ -341,7 +341,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
         llm = _generate(ws, db, options, say) if options.model else None
 
     from runner.autopilot import start
-    from runner.measure.loop import RunOptions, run_summary
+    from runner.measure.run import RunOptions, run_summary
 
     with stages.stage("run", "6/7 run: self-test, then waves of experiments on the local fleet"):
         runner = start(

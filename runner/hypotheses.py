@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import sqlite_utils
 
-from kb.db import insert, now, one, rows, transaction, update
+from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.vocabulary import HYPOTHESIS_STATUSES
 
@@ -205,6 +205,22 @@ def approval_status(db: sqlite_utils.Database, hypothesis_id: int) -> Hypothesis
     (the runner takes both into its next wave)."""
     patch = latest_patch(db, hypothesis_id)
     return "patched" if patch is not None and patch["apply_status"] != "conflict" else "approved"
+
+
+def approve_or_reject(db: sqlite_utils.Database, hypothesis_id: int, action: str, *, by: str) -> str:
+    """A person's approve or reject, the one rule for the CLI, the console and the runner's commands:
+    approving makes a hypothesis what `approval_status` says (so one whose patch conflicts is
+    `approved`, left to the patch writer, never `patched`); rejecting makes it `rejected`. Logged
+    with who asked (`by`); returns the new status. One transaction (a savepoint in the caller's)."""
+    if action not in ("approve", "reject"):
+        raise UserError(f"{action!r}: must be approve or reject")
+    with transaction(db):
+        hyp = get(db, hypothesis_id)
+        new: HypothesisStatus = "rejected" if action == "reject" else approval_status(db, hypothesis_id)
+        if hyp.status != new:
+            set_status(db, hypothesis_id, new)
+            log_event(db, f"hypothesis.{action}", f"hypothesis {hypothesis_id}: {hyp.status} -> {new} ({by})")
+    return new
 
 
 def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:

@@ -173,14 +173,9 @@ class Store:
     def fallback_policy(self) -> dict[str, Any]:
         """The config's policy and metric, for runs whose stored policy lacks a key (as the CLI)."""
         from kb.config import load_settings
+        from runner.record.redecide import fallback_policy
 
-        settings = load_settings(self.root / "autoresearch.toml")
-        return {
-            **settings.policy.model_dump(),
-            "metric": settings.metric.primary,
-            "direction": settings.metric.direction,
-            "guards": [g.model_dump() for g in settings.metric.guards],
-        }
+        return fallback_policy(load_settings(self.root / "autoresearch.toml"))
 
 
 # --- knowledge: search and evidence -------------------------------------------------------------
@@ -357,24 +352,13 @@ def approve(db: sqlite_utils.Database, hypothesis_id: int) -> str:
     new status. The runner takes approved and patched hypotheses into its next wave."""
     from runner import hypotheses as queue
 
-    with transaction(db):
-        hyp = queue.get(db, hypothesis_id)
-        new = queue.approval_status(db, hypothesis_id)
-        if hyp.status != new:
-            queue.set_status(db, hypothesis_id, new)
-            log_event(db, "hypothesis.approve", f"hypothesis {hypothesis_id}: {hyp.status} -> {new} (tui)")
-    return new
+    return queue.approve_or_reject(db, hypothesis_id, "approve", by="tui")
 
 
 def reject(db: sqlite_utils.Database, hypothesis_id: int) -> str:
     from runner import hypotheses as queue
 
-    with transaction(db):
-        hyp = queue.get(db, hypothesis_id)
-        if hyp.status != "rejected":
-            queue.set_status(db, hypothesis_id, "rejected")
-            log_event(db, "hypothesis.reject", f"hypothesis {hypothesis_id}: {hyp.status} -> rejected (tui)")
-    return "rejected"
+    return queue.approve_or_reject(db, hypothesis_id, "reject", by="tui")
 
 
 def change_priority(db: sqlite_utils.Database, hypothesis_id: int, delta: float) -> float:

@@ -40,8 +40,31 @@ class RunStatus:
 
     def runner_live(self, now: float) -> bool:
         """Is a runner process driving this run (a fresh heartbeat)?"""
-        age = self.heartbeat_age(now)
-        return self.status in RUN_LIVE and age is not None and age < STALE_HEARTBEAT
+        return run_live(self.status, self.heartbeat_at, now)
+
+
+def heartbeat_fresh(heartbeat_at: float | None, now: float) -> bool:
+    """The one liveness rule: a runner beats every couple of seconds, so a heartbeat older than
+    STALE_HEARTBEAT means no process drives the run (the loop, the console, a SkyPilot worker's
+    watchdog and `fleet down` all ask this)."""
+    return heartbeat_at is not None and now - float(heartbeat_at) < STALE_HEARTBEAT
+
+
+def run_live(status: str, heartbeat_at: float | None, now: float) -> bool:
+    """A run someone drives: running or paused, with a fresh heartbeat."""
+    return status in RUN_LIVE and heartbeat_fresh(heartbeat_at, now)
+
+
+def llm_spent_usd(db: sqlite_utils.Database, run_id: int) -> float:
+    """What this run's model calls cost so far (llm_calls.cost_usd)."""
+    row = one(db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM llm_calls WHERE run_id = ?", [run_id])
+    return float(row["c"]) if row else 0.0
+
+
+def dollars_spent(db: sqlite_utils.Database, run_id: int, machines_usd: float) -> float:
+    """The one `budget.usd` rule: machines and model calls together (`llm.budget_usd` caps the
+    model alone, in runner/llm.py)."""
+    return machines_usd + llm_spent_usd(db, run_id)
 
 
 @dataclass(frozen=True)

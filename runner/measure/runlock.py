@@ -7,7 +7,7 @@ kernel drops the lock; no stale state to clean). The holder writes who it is (pi
 run's id and name) into the file, so the other one can say which run is going.
 
 Within one process (tests drive several runners from threads) the lock is shared, counted, and the
-database decides as before (runner/measure/loop.py's check and insert run in one BEGIN IMMEDIATE write).
+database decides as before (runner/measure/'s check and insert run in one BEGIN IMMEDIATE write).
 """
 
 from __future__ import annotations

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlite_utils
 
 from kb.db import insert, log_event, now, transaction
 from kb.errors import UserError
 from kb.vocabulary import DECIDED_STATUSES
+
+if TYPE_CHECKING:
+    from kb.config import Settings
 from runner import stats
 from runner.record import history
 from runner.stats import Decision, Guard, Policy, apply_guards, decide_wave
@@ -154,6 +157,17 @@ class RedecideResult:
 
 def _policy_json(policy: Policy) -> dict[str, Any]:
     return {f.name: getattr(policy, f.name) for f in fields(Policy)}
+
+
+def fallback_policy(settings: Settings) -> dict[str, Any]:
+    """The workspace config's policy and metric, for runs whose stored policy lacks a key (imported
+    runs, older runs): the one fallback for `history redecide` and the console's what-if."""
+    return {
+        **settings.policy.model_dump(),
+        "metric": settings.metric.primary,
+        "direction": settings.metric.direction,
+        "guards": [g.model_dump() for g in settings.metric.guards],
+    }
 
 
 def run_policy(run: history.RunInfo, fallback: Mapping[str, Any] | None = None) -> tuple[Policy, str]:

@@ -38,7 +38,7 @@ SKY_FLEET = {
 
 
 def loop_envs(**overrides: Any) -> dict[str, Any]:
-    """The envs runner/measure/loop.py gives a batch (values of every type the loop passes)."""
+    """The envs runner/measure/ gives a batch (values of every type the loop passes)."""
     envs: dict[str, Any] = {
         "EXPERIMENT_ID": 12,
         "EXPERIMENT_DESC": 'Fuse "RMS_NORM + MUL" (it\'s $cheap)',
@@ -145,7 +145,7 @@ def test_a_malformed_template_fails_the_preflight_and_no_run_is_written(
     import yaml
 
     from runner.fleet import preflight
-    from runner.measure.loop import RunOptions, start_run
+    from runner.measure.run import RunOptions, start_run
 
     ws, _ = make_workspace(tmp_path, fleet={**SKY_FLEET, "template": "task.yaml"})
     template = {**load_template(), **change}

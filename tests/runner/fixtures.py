@@ -19,7 +19,7 @@ wave 2: quant (kept, winner; from a fork commit), stale (crashed: does_not_apply
 (cancelled), lost (lost), retry (retry_of lost: discarded; `queued` when live); finished runs add
 stack and ablation_fuse / ablation_quant (kinds stack, ablation) and `runs.summary`.
 
-Rows follow runner/measure/loop.py's formats: runs.policy is the stats Policy plus `metric`; the passed
+Rows follow runner/measure/'s formats: runs.policy is the stats Policy plus `metric`; the passed
 self-test is a `passed` experiment of kind self_test with `meta.self_test`, and
 runs.self_test / noise_floor; an ablation measures the full stack (candidate) against the stack
 without one winner (baseline, a real commit), `meta.left_out` naming that winner's experiment;
@@ -58,7 +58,7 @@ METRIC = "tg"
 SECONDARY = "pp"
 BASE_TG = 41.4
 BASE_PP = 241.0
-# As runner/measure/loop.py stores it: the stats Policy's fields plus the primary metric.
+# As runner/measure/ stores it: the stats Policy's fields plus the primary metric.
 POLICY: dict[str, Any] = {
     "metric": METRIC,
     "direction": "higher",
@@ -935,7 +935,7 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
         ("ablation_fuse", "ablation", 0.055, f"ablation: without {TITLES['fuse']}", "fuse"),
         ("ablation_quant", "ablation", 0.04, f"ablation: without {TITLES['quant']}", "quant"),
     ]
-    # runs.summary as runner/measure/loop.py writes it.
+    # runs.summary as runner/measure/ writes it.
     summary: dict[str, Any] = {"stack": None, "ablation": []}
     # The stack without each winner: the other winner's patch alone on the baseline (real commits).
     without: dict[str, str] = {}

@@ -23,7 +23,7 @@ import runner.stats
 from kb import gitrepo
 from kb.db import one, rows
 from kb.workspace import Workspace
-from runner.measure.loop import RunOptions, start_run
+from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
 from tests.runner.runner_target import ITERS, live_processes_under, make_diff, make_workspace, must
 

@@ -13,7 +13,7 @@ from kb import gitrepo
 from kb.db import insert, one, rows, transaction, update
 from kb.workspace import Workspace
 from runner.harness import patchpaths
-from runner.measure.loop import RunOptions, start_run
+from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import attack_diffs
 from tests.runner.runner_target import make_diff, make_workspace, must
 

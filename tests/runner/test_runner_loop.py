@@ -15,7 +15,7 @@ from kb.db import one, rows
 from kb.workspace import Workspace
 from runner import commands
 from runner.harness.protocol import LogParser
-from runner.measure.loop import Runner, RunOptions, start_run
+from runner.measure.run import Runner, RunOptions, start_run
 from tests.runner.runner_target import live_processes_under, make_workspace, must, queue
 
 

@@ -189,13 +189,9 @@ def report(ctx: click.Context, run_ref: str, fmt: str, output: Path | None, as_j
 
 def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
     """The workspace config's policy and metric, for runs whose stored policy lacks a key."""
-    settings = workspace(ctx).settings
-    return {
-        **settings.policy.model_dump(),
-        "metric": settings.metric.primary,
-        "direction": settings.metric.direction,
-        "guards": [g.model_dump() for g in settings.metric.guards],
-    }
+    from runner.record.redecide import fallback_policy
+
+    return fallback_policy(workspace(ctx).settings)
 
 
 @click.command("redecide")

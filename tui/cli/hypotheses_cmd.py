@@ -467,18 +467,14 @@ def _show_rank(h: dict[str, Any]) -> None:
 
 
 def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
-    from kb.db import log_event, transaction
-    from runner.hypotheses import approval_status, get, set_status
+    from kb.db import transaction
+    from runner.hypotheses import approve_or_reject
 
     db = workspace(ctx).db()
     changed: list[str] = []
     with transaction(db):  # all or nothing: an unknown id leaves every status as it was
         for hid in ids:
-            hyp = get(db, hid)
-            new = "rejected" if action == "reject" else approval_status(db, hid)
-            if hyp.status != new:
-                set_status(db, hid, new)
-                log_event(db, f"hypothesis.{action}", f"hypothesis {hid}: {hyp.status} -> {new}")
+            new = approve_or_reject(db, hid, action, by="cli")
             changed.append(f"#{hid} {new}")
     click.echo(", ".join(changed))
 

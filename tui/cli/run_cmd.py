@@ -79,7 +79,7 @@ def cli(
     """
     from kb.errors import UserError
     from runner import autopilot
-    from runner.measure.loop import RunOptions
+    from runner.measure.run import RunOptions
 
     ws = workspace(ctx)
     run_options: dict[str, Any] = {

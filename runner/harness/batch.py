@@ -1,0 +1,74 @@
+"""What a batch job is given: its timeouts and the environment the template passes to the run
+script (`ar-run.sh`). One definition for the runner's batches and a SkyPilot worker's qualification
+job (the baseline against itself), so both run the protocol alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runner.harness.prepare import A_DIR, B_DIR, Scripts
+from runner.harness.sandbox import sandbox_envs
+from runner.harness.template import one_line
+
+if TYPE_CHECKING:
+    from kb.config import Settings
+    from kb.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    build: int
+    bench: int
+    check: int
+
+    @classmethod
+    def of(cls, settings: Settings, options: Mapping[str, Any]) -> Timeouts:
+        """The run's own timeouts (`run --build-timeout ...`, stored with its options) over the config's."""
+        t = settings.timeouts
+        return cls(
+            build=options.get("build_timeout") or t.build,
+            bench=options.get("bench_timeout") or t.bench,
+            check=options.get("check_timeout") or t.check,
+        )
+
+    def job_seconds(self, pairs: int, run_checks: bool) -> int:
+        """Longest a batch may take: two builds, two invocations a pair, the checks (5 s slack each)."""
+        return 2 * (self.build + 5) + pairs * 2 * (self.bench + 5) + (self.check + 5 if run_checks else 0)
+
+
+def batch_envs(
+    ws: Workspace,
+    settings: Settings,
+    scripts: Scripts,
+    timeouts: Timeouts,
+    *,
+    experiment_id: int,
+    title: str,
+    batch: int,
+    pair_start: int,
+    pairs: int,
+    run_checks: bool,
+    nonce: str,
+) -> dict[str, Any]:
+    """The batch's variables; target.env first, so the protocol's own always win."""
+    return {
+        **settings.target.env,
+        "EXPERIMENT_ID": experiment_id,
+        "EXPERIMENT_DESC": one_line(title),
+        "BUILD_CMD": settings.target.build_cmd,
+        "BUILD_TIMEOUT": timeouts.build,
+        "BENCH_TIMEOUT": timeouts.bench,
+        "CHECK_TIMEOUT": timeouts.check,
+        "BENCH_SCRIPT": scripts.bench.path,
+        "CHECKS_SCRIPT": scripts.checks.path,
+        "A_DIR": A_DIR,
+        "B_DIR": B_DIR,
+        "BATCH": batch,
+        "PAIR_START": pair_start,
+        "PAIRS": pairs,
+        "RUN_CHECKS": int(run_checks),
+        "AUTORESEARCH_NONCE": nonce,
+        **sandbox_envs(ws),
+    }

@@ -1,0 +1,157 @@
+"""The run's shared pieces: options, the job and outcome records, limits, and the interface the
+loop asks of research (`Research`), which runner.autopilot implements."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import sqlite_utils
+
+from kb.vocabulary import EXPERIMENT_FINAL, EXPERIMENT_LIVE
+from kb.workspace import Workspace
+from runner import stats
+from runner.fleet import JobRef
+from runner.harness.protocol import LogParser
+
+Progress = Callable[[str], None]
+
+FINAL = EXPERIMENT_FINAL
+
+LIVE = EXPERIMENT_LIVE
+
+HEARTBEAT_SECONDS = 2.0
+
+MAX_LOST_JOBS = 3
+
+MAX_RETRIES = 2
+
+SELF_TEST_ATTEMPTS = 2
+
+JOB_MARGIN_SECONDS = 120
+
+
+@dataclass
+class RunOptions:
+    """What `autoresearch run` was asked for; stored with the run so `--resume` continues alike."""
+
+    waves: int | None = None
+    parallel: int | None = None
+    budget_minutes: float | None = None
+    budget_usd: float | None = None
+    max_experiments: int | None = None
+    bench_timeout: int | None = None
+    check_timeout: int | None = None
+    build_timeout: int | None = None
+    backend: str | None = None
+    name: str | None = None
+    self_test: bool = True
+    final: bool = True
+    """Measure the stacked winners and the ablations at the end."""
+    baseline: str | None = None
+    """Start from this commit instead of target.baseline_commit (`--from-winners`: a run's head)."""
+    from_winners: str | None = None
+    """The earlier run whose head `baseline` is (recorded with the run's options)."""
+
+    @classmethod
+    def from_json(cls, raw: str | None) -> RunOptions:
+        data = json.loads(raw) if raw else {}
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class ActiveJob:
+    ref: JobRef
+    experiment_id: int
+    batch: int
+    nonce: str
+    parser: LogParser
+    parsed_lines: int
+    """How far the log has been parsed (jobs.parsed_lines; warnings are deduplicated by line)."""
+    deadline: float | None
+    offset: int = 0
+    stopped: str | None = None
+    """Why the runner stopped this job itself: cancel, timeout, no_metric, stop."""
+
+
+@dataclass
+class Outcome:
+    """What a finished job means for its experiment."""
+
+    status: str | None  # a final experiment status, or None: decide from the samples
+    reason: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    name: str
+    status: str
+    branch: str
+    baseline_commit: str
+    head_commit: str
+    self_test: dict[str, Any] | None
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+    winners: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Research(Protocol):
+    """What the measuring loop asks of the research stage. The loop defines it and never imports
+    research; runner.autopilot wires an implementation in (the CLI, the console and the demo start
+    runs through it)."""
+
+    def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
+        """The finished wave's post-mortem; the evidence id of the note it stored, if any."""
+        ...
+
+
+class RunStopped(Exception):
+    """The run was told to stop (a `stop` command)."""
+
+
+class RunFailed(Exception):
+    """The run cannot go on (the self-test failed, the benchmark script is missing, ...)."""
+
+
+def policy_of(ws: Workspace) -> stats.Policy:
+    s = ws.settings
+    return stats.Policy(
+        min_effect=s.policy.min_effect,
+        alpha=s.policy.alpha,
+        max_pairs=s.policy.max_pairs,
+        min_pairs=s.policy.min_pairs,
+        batch=s.policy.batch_pairs,
+        direction=s.metric.direction,
+    )
+
+
+def first_given(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def job_walls(active: ActiveJob) -> dict[str, dict[str, float]]:
+    """The harness's clock of this job's completed invocations, {pair: {side: seconds}} (merged
+    into the experiment's meta `wall`, pair by pair, with the earlier batches')."""
+    found: dict[str, dict[str, float]] = {}
+    for inv in active.parser.state.invocations:
+        if inv.rc == 0 and inv.seconds is not None:
+            found.setdefault(str(inv.pair), {})[inv.side] = round(inv.seconds, 6)
+    return found
+
+
+def unzip(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None

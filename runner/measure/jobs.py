@@ -1,0 +1,362 @@
+"""Batch jobs: the next batch, submission, reading and storing the log, the job's end."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict
+from typing import Any
+
+from kb.db import insert, now, one, rows, transaction, update
+from runner.fleet import JobRef, JobSpec, JobStatus, Worker
+from runner.harness.batch import Timeouts, batch_envs
+from runner.harness.prepare import (
+    remove_workdir,
+)
+from runner.harness.protocol import Invocation, LogParser
+from runner.harness.sandbox import weakest
+from runner.harness.template import render
+from runner.measure.common import (
+    FINAL,
+    JOB_MARGIN_SECONDS,
+    MAX_LOST_JOBS,
+    ActiveJob,
+    RunFailed,
+    job_walls,
+)
+from runner.measure.outcome import Outcomes
+
+
+class Jobs(Outcomes):
+    """Batch jobs."""
+
+    def _complete_pairs(self, exp_id: int) -> int:
+        return len(self._pairs(exp_id, self.metric))
+
+    def _next_batch(self, exp: dict[str, Any]) -> tuple[int, int, int, bool]:
+        """(batch number, first pair, pairs, run checks) for the experiment's next job."""
+        jobs = rows(self.db, "SELECT * FROM jobs WHERE experiment_id = ? ORDER BY batch", [exp["id"]])
+        batch = (jobs[-1]["batch"] + 1) if jobs else 0
+        pair_start = max((j["pair_start"] + j["pairs"] for j in jobs), default=0)
+        checks_done = any(j["run_checks"] and j["status"] == "succeeded" for j in jobs)
+        have = self._complete_pairs(exp["id"])
+        if exp["kind"] == "self_test":
+            target = self.settings.policy.self_test_pairs
+        else:
+            # Batches end exactly on the policy's planned looks (the alpha spending assumes it).
+            target = next((n for n in self.policy.looks() if n > have), self.policy.max_pairs)
+        # Checks run once per experiment, in its first batch (on the baseline for the self-test,
+        # on the stacked winners at the end).
+        return batch, pair_start, max(target - have, 1), not checks_done
+
+    def _submit(self, exp: dict[str, Any], worker: Worker) -> None:
+        assert self.fleet is not None
+        batch, pair_start, pairs, run_checks = self._next_batch(exp)
+        timeouts = Timeouts.of(self.settings, asdict(self.options))
+        nonce = secrets.token_hex(8)
+        log_dir = self.log_dir(exp["id"])
+        log_path = log_dir / f"batch-{batch}.log"
+        job_dir = log_dir / "jobs" / f"batch-{batch}"
+        deadline = now() + timeouts.job_seconds(pairs, run_checks) + JOB_MARGIN_SECONDS
+        with transaction(self.db):
+            job_id = insert(
+                self.db,
+                "jobs",
+                {
+                    "run_id": self.run_id,
+                    "experiment_id": exp["id"],
+                    "worker_id": worker.id,
+                    "batch": batch,
+                    "pair_start": pair_start,
+                    "pairs": pairs,
+                    "run_checks": int(run_checks),
+                    "nonce": nonce,
+                    "backend": self.backend,
+                    "status": "submitting",
+                    "log_path": str(log_path),
+                    "job_dir": str(job_dir),
+                    "deadline": deadline,
+                    "submitted_at": now(),
+                },
+            )
+            update(self.db, "experiments", exp["id"], {"batches": batch + 1, "phase": "setup"})
+        task = render(
+            self.template,
+            name=f"ar-{self.name}-e{exp['id']}-b{batch}".replace("_", "-").lower()[:60],
+            workdir=self.exp_dir(exp["id"]),
+            envs=batch_envs(
+                self.ws,
+                self.settings,
+                self.scripts,
+                timeouts,
+                experiment_id=exp["id"],
+                title=exp["title"],
+                batch=batch,
+                pair_start=pair_start,
+                pairs=pairs,
+                run_checks=run_checks,
+                nonce=nonce,
+            ),
+            resources_override=self._resources(),
+        )
+        spec = JobSpec(job_id, exp["id"], batch, task, log_path, job_dir)
+        backend_id = self.fleet.submit(worker, spec)
+        with transaction(self.db):
+            update(self.db, "jobs", job_id, {"backend_job_id": backend_id, "status": "running"})
+        ref = JobRef(job_id, worker.id, backend_id, log_path, job_dir)
+        parser = LogParser(nonce, range(pair_start, pair_start + pairs))
+        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline)
+        self._say(
+            f"  exp {exp['id']} {exp['title']!r}: batch {batch}, "
+            f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
+        )
+
+    def _resources(self) -> dict[str, Any]:
+        sky = self.settings.fleet.skypilot
+        return {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
+
+    def _read_log(self, active: ActiveJob) -> list[Invocation]:
+        try:
+            with open(active.ref.log_path, "rb") as fh:
+                fh.seek(active.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        active.offset += len(data)
+        return active.parser.feed(data)
+
+    def _poll(self, active: ActiveJob, family: int | None) -> bool:
+        assert self.fleet is not None
+        status = self.fleet.poll(active.ref)
+        found = self._read_log(active)
+        if status.terminal:
+            found += active.parser.finish()
+        self._store(active, found)
+        exp = self._exp(active.experiment_id)
+        phase = active.parser.state.phase
+        if phase and exp["status"] == "running" and phase != exp["phase"]:
+            update(self.db, "experiments", exp["id"], {"phase": phase})
+        if not status.terminal:
+            why = self._why_stop(active, exp, found)
+            if why is None:
+                return bool(found)
+            self._stop_job(active, why)
+            status = self.fleet.poll(active.ref)
+            self._store(active, self._read_log(active) + active.parser.finish())
+        self._job_ended(active, status, family)
+        return True
+
+    def _why_stop(self, active: ActiveJob, exp: dict[str, Any], found: list[Invocation]) -> str | None:
+        """Whether the runner must stop a job that is still going, and why."""
+        if exp["status"] in FINAL:
+            return "cancel"
+        if active.deadline is not None and now() > active.deadline:
+            self._event(
+                "job_timeout",
+                f"experiment {exp['id']}: batch {active.batch} ran past its deadline; its session was killed",
+                level="warning",
+                exp_id=exp["id"],
+            )
+            return "timeout"
+        if self._no_metric(found):
+            return "no_metric"
+        if active.parser.state.violation or active.parser.state.tampered:
+            return "forged"
+        return None
+
+    def _store(self, active: ActiveJob, found: list[Invocation]) -> None:
+        """Samples of finished invocations, and warnings for what could not be read, as parsed.
+
+        Parsing a log again (after a restart) adds nothing twice: samples are UNIQUE, and a warning
+        is written only if none exists for that job and log line."""
+        state = active.parser.state
+        if not found and not state.forged and state.lines <= active.parsed_lines:
+            return
+        exp_id = active.experiment_id
+        with transaction(self.db):
+            stamp = now()
+            for inv in found:
+                for s in inv.samples:
+                    added = self.db.execute(
+                        "INSERT OR IGNORE INTO samples (experiment_id, pair, side, metric, seq, value, "
+                        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [exp_id, s.pair, s.side, s.metric, s.seq, s.value, stamp],
+                    ).rowcount
+                    if not added:  # parsed before (a restart): it must be the very same sample
+                        kept = one(
+                            self.db,
+                            "SELECT value FROM samples WHERE experiment_id = ? AND pair = ? AND side = ? "
+                            "AND metric = ? AND seq = ?",
+                            [exp_id, s.pair, s.side, s.metric, s.seq],
+                        )
+                        if kept is not None and kept["value"] != s.value:
+                            state.violation = state.violation or (
+                                f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
+                                f"{s.value:g} differs from the {kept['value']:g} stored before"
+                            )
+                for line, rejected in inv.rejected:
+                    self._warn_once(
+                        "metric_rejected",
+                        active,
+                        line,
+                        f"experiment {exp_id} pair {inv.pair} {inv.side}: {rejected.reason} "
+                        f"(log line {line}: {rejected.text.strip()[:120]!r})",
+                        {
+                            "text": rejected.text[:500],
+                            "pair": inv.pair,
+                            "side": inv.side,
+                            "reason": rejected.reason,
+                        },
+                    )
+            for line in state.forged:
+                self._warn_once(
+                    "forged_marker",
+                    active,
+                    line,
+                    f"experiment {exp_id}: log line {line} looks like a runner marker "
+                    "without the job's nonce (ignored)",
+                    {},
+                )
+            state.forged.clear()
+            if state.lines > active.parsed_lines:
+                active.parsed_lines = state.lines
+                update(self.db, "jobs", active.ref.job_id, {"parsed_lines": state.lines})
+
+    def _warn_once(self, kind: str, active: ActiveJob, line: int, message: str, data: dict[str, Any]) -> None:
+        seen = one(
+            self.db,
+            "SELECT id FROM events WHERE kind = ? AND experiment_id = ? "
+            "AND json_extract(data, '$.job') = ? AND json_extract(data, '$.line') = ?",
+            [kind, active.experiment_id, active.ref.job_id, line],
+        )
+        if seen is None:
+            self._event(
+                kind,
+                message,
+                level="warning",
+                exp_id=active.experiment_id,
+                data={"job": active.ref.job_id, "line": line, **data},
+            )
+
+    def _job_ended(self, active: ActiveJob, status: JobStatus, family: int | None) -> None:
+        self.active.pop(active.ref.job_id, None)
+        exp = self._exp(active.experiment_id)
+        self._write_step_logs(active)
+        seconds = self._step_seconds(active)
+        job_status = status.state
+        if active.stopped in ("cancel", "stop"):
+            job_status = "cancelled"
+        values = {
+            "status": job_status,
+            "exit_code": status.exit_code,
+            "detail": status.detail or active.stopped,
+            "ended_at": now(),
+        }
+        if exp["status"] in FINAL:  # cancelled while the job ran
+            with transaction(self.db):
+                update(self.db, "jobs", active.ref.job_id, values)
+            return
+        outcome = self._outcome(active, status)
+        if outcome is None:  # the job vanished: run the batch again on the same worker
+            lost = one(
+                self.db,
+                "SELECT count(*) AS n FROM jobs WHERE experiment_id = ? AND status = 'lost'",
+                [exp["id"]],
+            )
+            with transaction(self.db):
+                update(self.db, "jobs", active.ref.job_id, {**values, "status": "lost"})
+                self._event(
+                    "job_lost",
+                    f"experiment {exp['id']}: batch {active.batch} vanished "
+                    f"({status.detail}); its finished pairs are kept",
+                    level="warning",
+                    exp_id=exp["id"],
+                )
+            if lost and lost["n"] + 1 >= MAX_LOST_JOBS:
+                self._lose(exp, f"{MAX_LOST_JOBS} batches vanished")
+            elif any(active.parser.state.builds.get(side) != 0 for side in ("A", "B")):
+                # It died while building: a half-written build output must not be trusted, so
+                # the next batch starts from fresh trees.
+                remove_workdir(self.repo, self.exp_dir(exp["id"]))
+            return
+        # The job's end and what follows from it (a final status, or the decision after this
+        # batch) are one transaction: a runner killed here either redoes both or neither.
+        with transaction(self.db):
+            update(self.db, "jobs", active.ref.job_id, values)
+            links = self._log_links(active)
+            self._merge_meta(
+                exp["id"],
+                {
+                    "seconds": seconds,
+                    "logs": links,
+                    "wall": job_walls(active),
+                    **self._isolation(active, exp),
+                },
+            )
+            if outcome.status is not None:
+                if active.parser.state.violation:
+                    # Forged markers: none of its samples can be trusted (the job log keeps them all).
+                    self.db.execute("DELETE FROM samples WHERE experiment_id = ?", [exp["id"]])
+                self._finish_experiment(
+                    exp["id"], outcome.status, outcome.reason, detail=outcome.detail, cleanup=False
+                )
+                final = True
+            elif exp["kind"] == "self_test":
+                final = self._decide_self_test(exp["id"])
+            else:
+                final = self._decide(exp["id"], family)
+        if final:
+            self._cleanup(exp["id"])
+        if self._unsandboxed(active):
+            state = active.parser.state
+            why = state.isolation_detail or "the job ran no harness"
+            raise RunFailed(
+                f"sandbox.mode = required, but the worker allows no isolation ({why}); "
+                f"see {active.ref.log_path}"
+            )
+
+    def _isolation(self, active: ActiveJob, exp: dict[str, Any]) -> dict[str, Any]:
+        """What the experiment ran under: the weakest isolation any of its jobs reported."""
+        state = active.parser.state
+        if state.isolation is None and state.phase is None:
+            return {}  # it never got as far as its steps
+        mode = state.isolation or "none"
+        detail = state.isolation_detail if state.isolation else "the job ran no harness (no SANDBOX marker)"
+        before = json.loads(exp["meta"] or "{}").get("isolation")
+        if before is not None and weakest(before, mode) == before:
+            return {}
+        return {"isolation": mode, "isolation_detail": detail}
+
+    def _step_seconds(self, active: ActiveJob) -> dict[str, float]:
+        totals: dict[str, float] = {"build": 0.0, "bench": 0.0, "checks": 0.0}
+        for step in active.parser.state.steps:
+            kind = step.name.split("-")[0]
+            if step.seconds is not None and kind in totals:
+                totals[kind] += step.seconds
+        exp = self._exp(active.experiment_id)
+        before = json.loads(exp["meta"] or "{}").get("seconds") or {}
+        if active.batch == 0 or not before:
+            base = {k: 0.0 for k in totals}
+        else:
+            base = {k: float(before.get(k, 0.0)) for k in totals}
+        return {k: round(base[k] + totals[k], 4) for k in totals}
+
+    def _write_step_logs(self, active: ActiveJob) -> None:
+        """Split a job log into one file per build and checks step (the batch log keeps it all)."""
+        try:
+            lines = active.ref.log_path.read_bytes().split(b"\n")
+        except OSError:
+            return
+        for step in active.parser.state.steps:
+            if step.name.startswith("bench") or step.cached or step.last_line is None:
+                continue
+            chunk = b"\n".join(lines[step.first_line : step.last_line - 1]) + b"\n"
+            (active.ref.log_path.parent / f"{step.name}.log").write_bytes(chunk)
+
+    def _log_links(self, active: ActiveJob) -> dict[str, str]:
+        folder = active.ref.log_path.parent
+        links = {f"batch-{active.batch}": str(active.ref.log_path)}
+        for step in active.parser.state.steps:
+            if not step.name.startswith("bench") and (folder / f"{step.name}.log").exists():
+                links[step.name] = str(folder / f"{step.name}.log")
+        return links

@@ -1,0 +1,98 @@
+"""After a restart: reattach live jobs, remove what nothing refers to; leaving cleanly on interrupt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kb import gitrepo
+from kb.db import rows, transaction, update
+from runner.fleet import JobRef
+from runner.harness.prepare import (
+    remove_workdir,
+)
+from runner.harness.protocol import LogParser
+from runner.measure.common import (
+    ActiveJob,
+)
+from runner.measure.stages import Stages
+
+
+class Recovery(Stages):
+    """After a restart."""
+
+    def _recover(self) -> None:
+        """After a restart: reattach live jobs, clean what nothing refers to."""
+        assert self.fleet is not None
+        live_jobs = rows(
+            self.db,
+            "SELECT * FROM jobs WHERE run_id = ? AND status IN ('submitting', 'running') ORDER BY id",
+            [self.run_id],
+        )
+        refs = [
+            JobRef(j["id"], j["worker_id"], j["backend_job_id"], Path(j["log_path"]), Path(j["job_dir"]))
+            for j in live_jobs
+        ]
+        states = self.fleet.reattach(refs)
+        reattached = 0
+        for job, ref in zip(live_jobs, refs, strict=True):
+            exp = self._exp(job["experiment_id"])
+            state = states.get(job["id"])
+            if state is not None and state.state == "lost" and state.detail == "never started":
+                # The runner died between writing the row and starting the job: forget the row.
+                with transaction(self.db):
+                    self.db.execute("DELETE FROM jobs WHERE id = ?", [job["id"]])
+                continue
+            self.active[job["id"]] = ActiveJob(
+                ref,
+                exp["id"],
+                job["batch"],
+                job["nonce"],
+                LogParser(job["nonce"], range(job["pair_start"], job["pair_start"] + job["pairs"])),
+                job["parsed_lines"],
+                job["deadline"],
+            )
+            reattached += 1
+        # Worktrees of experiments that are over (or never were) go; so do stale git records.
+        keep = {
+            r["id"]
+            for r in rows(
+                self.db,
+                "SELECT id FROM experiments WHERE run_id = ? AND status IN ('queued', 'running')",
+                [self.run_id],
+            )
+        }
+        removed = 0
+        folder = self.ws.worktrees_dir / f"run{self.run_id}"
+        if folder.exists():
+            for child in sorted(folder.iterdir()):
+                exp_number = child.name[3:] if child.name.startswith("exp") else ""
+                if not exp_number.isdigit() or int(exp_number) not in keep:
+                    remove_workdir(self.repo, child)
+                    removed += 1
+        gitrepo.run(self.repo, "worktree", "prune")
+        self._event(
+            "recovered",
+            f"run {self.name}: {reattached} jobs reattached, {removed} orphaned worktrees removed",
+            data={"reattached": reattached, "worktrees_removed": removed},
+        )
+        self._say(f"resumed: {reattached} jobs reattached, {removed} orphaned worktrees removed")
+
+    def _interrupt(self, error: str | None = None) -> None:
+        """This process is going away: stop its jobs (a resume reruns their batches) and leave the
+        run resumable."""
+        for active in list(self.active.values()):
+            try:
+                assert self.fleet is not None
+                self.fleet.cancel(active.ref)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        try:
+            with transaction(self.db):
+                update(self.db, "runs", self.run_id, {"status": "interrupted", "error": error})
+                self._event(
+                    "run_interrupted",
+                    f"run {self.name} interrupted" + (f": {error}" if error else ""),
+                    level="warning",
+                )
+        except Exception:  # noqa: BLE001
+            pass

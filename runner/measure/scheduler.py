@@ -1,0 +1,185 @@
+"""The scheduler: moves the experiments of a wave (or the final stage) on, one step at a time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kb.db import now, one, rows, transaction, update
+from kb.errors import UserError
+from runner.fleet import Worker
+from runner.harness import patchpaths
+from runner.harness.prepare import (
+    A_DIR,
+    B_DIR,
+    DoesNotApply,
+    commit_candidate,
+    prepare_workdir,
+)
+from runner.measure.common import (
+    FINAL,
+    RunFailed,
+)
+from runner.measure.steering import Steering
+
+
+class Scheduler(Steering):
+    """The scheduler."""
+
+    def _drive(self, exp_ids: list[int], family: int | None = None) -> None:
+        """Run these experiments to a final status. `family` (a wave id) shares the FDR control."""
+        ids = set(exp_ids)
+        while True:
+            self._housekeeping()
+            progressed = False
+            for job_id in list(self.active):
+                active = self.active[job_id]
+                if active.experiment_id in ids or self._exp(active.experiment_id)["status"] in FINAL:
+                    progressed |= self._poll(active, family)
+            # Requeued retries join the family they were created for.
+            if family is not None:
+                ids |= {
+                    e["id"] for e in rows(self.db, "SELECT id FROM experiments WHERE wave_id = ?", [family])
+                }
+            live = (
+                rows(
+                    self.db,
+                    f"SELECT * FROM experiments WHERE id IN ({','.join('?' for _ in ids)}) "
+                    "AND status IN ('queued', 'running') ORDER BY id",
+                    list(ids),
+                )
+                if ids
+                else []
+            )
+            if not live and not any(a.experiment_id in ids for a in self.active.values()):
+                return
+            for exp in live:
+                if any(a.experiment_id == exp["id"] for a in self.active.values()):
+                    continue
+                progressed |= self._advance(exp, family)
+            if not progressed:
+                time.sleep(self.poll_interval if self.active else 4 * self.poll_interval)
+
+    def _idle_worker(self) -> Worker | None:
+        assert self.fleet is not None
+        busy = {
+            r["worker_id"]
+            for r in rows(
+                self.db,
+                "SELECT worker_id FROM experiments WHERE run_id = ? AND status = 'running' "
+                "AND worker_id IS NOT NULL",
+                [self.run_id],
+            )
+        }
+        for worker in self.fleet.workers():
+            if worker.id not in busy and worker.status in ("ready", "busy"):
+                return worker
+        return None
+
+    def _advance(self, exp: dict[str, Any], family: int | None) -> bool:
+        """Move an experiment with no live job one step on; True when something happened."""
+        if exp["status"] == "queued":
+            if self.stopping:
+                self._finish_experiment(exp["id"], "cancelled", "stopped")
+                return True
+            if self._budget_reason:
+                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._budget_reason)
+                return True
+            if self.paused:
+                return False
+            worker = self._idle_worker()
+            if worker is None:
+                return False
+            if not self._prepare(exp, worker):
+                return True
+            self._submit(self._exp(exp["id"]), worker)
+            return True
+        # running, between batches (or just recovered)
+        worker = self._worker_of(exp)
+        last = one(
+            self.db, "SELECT * FROM jobs WHERE experiment_id = ? ORDER BY batch DESC LIMIT 1", [exp["id"]]
+        )
+        if self.stopping:
+            self._finish_experiment(exp["id"], "cancelled", "stopped")
+            return True
+        if self._budget_reason and last is not None:
+            if exp["kind"] == "self_test":
+                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._budget_reason)
+                return True
+            with transaction(self.db):
+                final = self._decide(exp["id"], family, force_final=True)
+            if final:
+                self._cleanup(exp["id"])
+            return True
+        if self.paused:
+            return False
+        if worker is None:
+            self._lose(exp, "its worker is gone")
+            return True
+        trees = self.exp_dir(exp["id"])
+        if not (trees / A_DIR).exists() or not (trees / B_DIR).exists():
+            if last is not None and last["status"] != "lost":
+                # Built trees held between batches are gone: the pairs so far cannot go on.
+                self._lose(exp, "its trees are gone")
+                return True
+            if not self._prepare(exp, worker):
+                return True
+        self._submit(self._exp(exp["id"]), worker)
+        return True
+
+    def _worker_of(self, exp: dict[str, Any]) -> Worker | None:
+        assert self.fleet is not None
+        for worker in self.fleet.workers():
+            if worker.id == exp["worker_id"]:
+                return worker
+        return None
+
+    def _prepare(self, exp: dict[str, Any], worker: Worker) -> bool:
+        """Refusal, candidate commit and trees; False when the experiment ended right here."""
+        exp_id = exp["id"]
+        baseline = exp["baseline_commit"]
+        candidate = exp["candidate_commit"]
+        patch = (
+            one(self.db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
+        )
+        if patch is not None:
+            # What git would apply onto this baseline, not what the patch's headers say.
+            try:
+                why = patchpaths.check(patch["diff"], self.protected, self.repo, baseline)
+            except patchpaths.PatchUnreadable as exc:
+                self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
+                return False
+            if why:
+                self._finish_experiment(exp_id, "refused", why)
+                return False
+            if candidate is None:
+                try:
+                    candidate = commit_candidate(self.repo, baseline, patch["diff"], exp["title"])
+                except DoesNotApply as exc:
+                    self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
+                    return False
+        assert candidate is not None
+        with transaction(self.db):
+            update(
+                self.db,
+                "experiments",
+                exp_id,
+                {
+                    "status": "running",
+                    "phase": "setup",
+                    "worker_id": worker.id,
+                    "candidate_commit": candidate,
+                    "started_at": exp["started_at"] or now(),
+                },
+            )
+        started = time.monotonic()
+        try:
+            workdir = self.exp_dir(exp_id)
+            prepare_workdir(self.repo, workdir, baseline, candidate, self.scripts, self.protected)
+        except UserError as exc:
+            self._finish_experiment(exp_id, "crashed", "setup", detail=str(exc))
+            if exp["kind"] == "self_test":
+                raise RunFailed(f"cannot prepare the self-test: {exc}") from None
+            return False
+        self._merge_meta(exp_id, {"prepare_seconds": round(time.monotonic() - started, 3)})
+        return True

@@ -1,0 +1,367 @@
+"""The stages of a run: the A/A self-test, the waves (with their post-mortems), the final stack."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from kb import gitrepo
+from kb.db import insert, now, one, rows, transaction, update
+from kb.errors import UserError
+from kb.vocabulary import SELF_TEST_STATUSES
+from runner.harness import patchpaths
+from runner.measure.common import (
+    FINAL,
+    LIVE,
+    SELF_TEST_ATTEMPTS,
+    RunFailed,
+    RunStopped,
+)
+from runner.measure.scheduler import Scheduler
+
+
+class Stages(Scheduler):
+    """The stages of a run."""
+
+    def _stages(self) -> str:
+        try:
+            if not self._self_test_done():
+                if not self._pending_work():
+                    return "queue empty"
+                self._budget_reason = self._budget_spent()
+                if self._budget_reason:
+                    return f"budget: {self._budget_reason}"
+                self._self_test()
+                if self._budget_reason:
+                    return f"budget: {self._budget_reason}"
+            waves_done = one(
+                self.db,
+                "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status != 'running'",
+                [self.run_id],
+            )
+            done = waves_done["n"] if waves_done else 0
+            while True:
+                wave = one(
+                    self.db, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [self.run_id]
+                )
+                if wave is None:
+                    if self.options.waves is not None and done >= self.options.waves:
+                        stopped_by = f"waves: {done}"
+                        break
+                    reason = self._budget_spent()
+                    if reason:
+                        stopped_by = f"budget: {reason}"
+                        break
+                    wave = self._new_wave()
+                    if wave is None:
+                        spent = self._budget_reason
+                        stopped_by = f"budget: {spent}" if spent else "queue empty"
+                        break
+                self._wave(wave)
+                done += 1
+                if self._budget_reason:
+                    stopped_by = f"budget: {self._budget_reason}"
+                    break
+            if self.options.final:
+                self._final_stage()
+            return stopped_by
+        except RunStopped:
+            self._cancel_live("stopped")
+            return "stopped"
+
+    def _cancel_live(self, reason: str) -> None:
+        for exp in rows(
+            self.db,
+            "SELECT id FROM experiments WHERE run_id = ? AND status IN ('queued', 'running')",
+            [self.run_id],
+        ):
+            self._finish_experiment(exp["id"], "cancelled", reason)
+        with transaction(self.db):
+            self.db.execute(
+                "UPDATE waves SET status = 'cancelled', ended_at = ? WHERE run_id = ? AND status = 'running'",
+                [now(), self.run_id],
+            )
+
+    def _self_test_done(self) -> bool:
+        if not self.options.self_test:
+            return True
+        run = self._run()
+        return bool(run["self_test"] and json.loads(run["self_test"]).get("passed"))
+
+    def _pending_work(self) -> bool:
+        if one(self.db, "SELECT id FROM waves WHERE run_id = ? LIMIT 1", [self.run_id]):
+            return True
+        return bool(self._runnable(1))
+
+    def _self_test(self) -> None:
+        """A/A before the first wave. A statistical difference is measured once more (two chance
+        failures in a row have probability alpha**2); a crash or failing checks end the run."""
+        while True:
+            attempts = rows(
+                self.db,
+                "SELECT * FROM experiments WHERE run_id = ? AND kind = 'self_test' ORDER BY id",
+                [self.run_id],
+            )
+            done = [e for e in attempts if e["status"] in FINAL]
+            results = [self._self_test_result(e) for e in done]
+            if results and results[-1].get("passed"):
+                return
+            if done and done[-1]["status"] not in SELF_TEST_STATUSES:
+                last = done[-1]
+                detail = json.loads(last["meta"] or "{}").get("detail", "")
+                raise RunFailed(
+                    f"self-test {last['status']}"
+                    + (f" ({last['reason']})" if last["reason"] else "")
+                    + (f": {detail}" if detail else "")
+                    + f"; see {last['log_dir']}"
+                )
+            if len(results) >= SELF_TEST_ATTEMPTS:
+                raise RunFailed(f"self-test failed: {results[-1].get('reason')}")
+            if results:
+                self._say(f"self-test: {results[-1].get('reason')}; measuring again")
+            live = [e for e in attempts if e["status"] in LIVE]
+            exp_id = (
+                live[0]["id"]
+                if live
+                else self._create_experiment(
+                    kind="self_test", title="A/A self-test", baseline=self.baseline, candidate=self.baseline
+                )
+            )
+            self._say(f"self-test: the baseline against itself, {self.settings.policy.self_test_pairs} pairs")
+            self._drive([exp_id])
+            if self._budget_reason:
+                return  # spent while it ran: the run ends, it did not fail
+
+    def _self_test_result(self, exp: dict[str, Any]) -> dict[str, Any]:
+        meta = json.loads(exp["meta"] or "{}")
+        result = meta.get("self_test")
+        if isinstance(result, dict):
+            return result
+        return {"passed": False, "reason": f"{exp['status']}: {exp['reason'] or 'no result'}"}
+
+    def _runnable(self, limit: int) -> list[dict[str, Any]]:
+        from runner.hypotheses import runnable
+
+        found = runnable(self.db, require_approval=self.settings.hypotheses.require_approval)
+        return found[:limit]
+
+    def _new_wave(self) -> dict[str, Any] | None:
+        size = self.wave_size
+        cap = self.budget.get("max_experiments")
+        if cap is not None:
+            used = one(
+                self.db,
+                "SELECT count(*) AS n FROM experiments WHERE run_id = ? AND kind = 'candidate' "
+                "AND retry_of IS NULL",
+                [self.run_id],
+            )
+            size = min(size, cap - (used["n"] if used else 0))
+            if size <= 0:
+                self._budget_reason = f"max experiments ({cap})"
+                return None
+        carried = rows(
+            self.db,
+            "SELECT * FROM experiments WHERE run_id = ? AND wave_id IS NULL AND status = 'queued' "
+            "AND kind = 'candidate' ORDER BY id",
+            [self.run_id],
+        )
+        patches = self._runnable(max(0, size - len(carried)))
+        if not carried and not patches:
+            return None
+        head = self.head()
+        with transaction(self.db):
+            number_row = one(
+                self.db, "SELECT coalesce(max(number), 0) + 1 AS n FROM waves WHERE run_id = ?", [self.run_id]
+            )
+            number = number_row["n"] if number_row else 1
+            wave_id = insert(
+                self.db,
+                "waves",
+                {"run_id": self.run_id, "number": number, "baseline_commit": head, "started_at": now()},
+            )
+            for exp in carried:
+                update(self.db, "experiments", exp["id"], {"wave_id": wave_id, "baseline_commit": head})
+            for patch in patches:
+                self._create_experiment(
+                    kind="candidate",
+                    title=patch["hypothesis_title"],
+                    baseline=head,
+                    patch=patch,
+                    wave_id=wave_id,
+                )
+            self._event(
+                "wave_started",
+                f"wave {number}: {len(carried) + len(patches)} experiments against {head[:12]}",
+                data={"wave": wave_id},
+            )
+        wave = one(self.db, "SELECT * FROM waves WHERE id = ?", [wave_id])
+        assert wave is not None
+        self._say(f"wave {number}: {len(carried) + len(patches)} experiments against {head[:12]}")
+        return wave
+
+    def _wave(self, wave: dict[str, Any]) -> None:
+        members = [
+            e["id"]
+            for e in rows(self.db, "SELECT id FROM experiments WHERE wave_id = ? ORDER BY id", [wave["id"]])
+        ]
+        self._drive(members, family=wave["id"])
+        kept = rows(
+            self.db,
+            "SELECT e.*, d.effect FROM experiments e JOIN decisions d ON d.experiment_id = e.id "
+            "AND d.is_final = 1 AND d.origin = 'runner' "
+            "WHERE e.wave_id = ? AND e.status = 'kept' AND e.kind = 'candidate' "
+            "AND NOT EXISTS (SELECT 1 FROM winners w WHERE w.experiment_id = e.id) "
+            "ORDER BY d.effect DESC, e.id",
+            [wave["id"]],
+        )
+        for exp in kept:
+            self._commit_winner(exp)
+        with transaction(self.db):
+            update(self.db, "waves", wave["id"], {"status": "finished", "ended_at": now()})
+        self._say(f"wave {wave['number']} done; baseline now {self.head()[:12]}")
+        self._reflect(wave)
+
+    def _reflect(self, wave: dict[str, Any]) -> None:
+        """The wave's post-mortem becomes a KB note for the next research phase (the model's when one
+        is configured, else a plain summary). A failed reflection never stops the run."""
+        if self.research is None:
+            return
+        try:
+            note = self.research.after_wave(self.ws, self.db, wave["id"])
+        except Exception as exc:  # the run matters more than its diary
+            self._event(
+                "reflection_failed", f"wave {wave['number']}: reflection failed ({exc})", level="warning"
+            )
+            return
+        self._say(f"wave {wave['number']} reflection stored as evidence {note}")
+
+    def _commit_winner(self, exp: dict[str, Any]) -> None:
+        from runner.record.winners import commit_winner
+
+        try:
+            record = commit_winner(self.ws, self.db, exp["id"])
+        except patchpaths.ProtectedPath as exc:
+            # Never on the branch nor in patches/: the experiment's verdict is withdrawn.
+            with transaction(self.db):
+                update(self.db, "experiments", exp["id"], {"status": "refused", "reason": str(exc)})
+                self._event("experiment_refused", str(exc), level="warning", exp_id=exp["id"])
+            self._say(f"  exp {exp['id']}: refused at commit ({exc})")
+            return
+        except UserError as exc:
+            # Two winners of one wave touching the same lines: measure the later one again on the
+            # new baseline in the next wave.
+            self._event(
+                "winner_conflict",
+                f"experiment {exp['id']}: kept but not committed ({exc}); "
+                "measuring it again on the new baseline",
+                level="warning",
+                exp_id=exp["id"],
+            )
+            self._requeue(exp, wave_id=None)
+            self._say(f"  exp {exp['id']} kept but does not apply on the new head; queued again")
+            return
+        self._say(f"  winner: exp {exp['id']} as {record.commit_sha[:12]} ({record.patch_file.name})")
+
+    def _final_stage(self) -> None:
+        winners = rows(
+            self.db,
+            "SELECT w.*, p.diff, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
+            "JOIN patches p ON p.id = e.patch_id WHERE w.run_id = ? ORDER BY w.position",
+            [self.run_id],
+        )
+        if not winners:
+            return
+        head = self.head()
+        existing = rows(
+            self.db,
+            "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation')",
+            [self.run_id],
+        )
+        if not existing:
+            # The trees each ablation measures: the other winners applied onto the original
+            # baseline (git objects only). Then all the experiments at once, so a runner killed
+            # here never leaves a stack without its ablations.
+            bases: list[tuple[dict[str, Any], str | None]] = []
+            if len(winners) >= 2:
+                for left_out in winners:
+                    base: str | None = self.baseline
+                    for w in winners:
+                        if w["id"] == left_out["id"] or base is None:
+                            continue
+                        try:
+                            base = gitrepo.commit_patch(
+                                self.repo,
+                                base,
+                                w["diff"],
+                                f"ablation: {w['title']}\n",
+                                env={k: v for k, v in gitrepo.identity_env().items() if k not in os.environ},
+                            )
+                        except UserError:
+                            base = None
+                    bases.append((left_out, base))
+            with transaction(self.db):
+                self._create_experiment(
+                    kind="stack",
+                    title=f"stack of {len(winners)} winners vs the original baseline",
+                    baseline=self.baseline,
+                    candidate=head,
+                    meta={"role": "stack", "winners": len(winners)},
+                )
+                for left_out, base in bases:
+                    exp_id = self._create_experiment(
+                        kind="ablation",
+                        title=f"ablation: without {left_out['title']}",
+                        baseline=base or self.baseline,
+                        candidate=head,
+                        meta={"role": "ablation", "left_out": left_out["experiment_id"]},
+                    )
+                    if base is None:
+                        self._finish_experiment(
+                            exp_id,
+                            "crashed",
+                            "does_not_apply",
+                            detail="the other winners do not apply without it",
+                            cleanup=False,
+                        )
+            existing = rows(
+                self.db,
+                "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation')",
+                [self.run_id],
+            )
+        self._say(
+            f"final: the {len(winners)} winners stacked against {self.baseline[:12]}"
+            + (", and each left out" if len(winners) >= 2 else "")
+        )
+        self._drive([e["id"] for e in existing])
+        stack: dict[str, Any] | None = None
+        ablation: list[dict[str, Any]] = []
+        for exp in rows(
+            self.db,
+            "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation') ORDER BY id",
+            [self.run_id],
+        ):
+            d = one(
+                self.db,
+                "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1 ORDER BY id DESC",
+                [exp["id"]],
+            )
+            entry = {
+                "experiment": exp["id"],
+                "status": exp["status"],
+                "reason": exp["reason"],
+                "effect": d["effect"] if d else None,
+                "ci": [d["ci_low"], d["ci_high"]] if d else None,
+                "pairs": d["pairs"] if d else 0,
+            }
+            if exp["kind"] == "stack":
+                stack = entry
+            else:
+                entry["left_out"] = json.loads(exp["meta"] or "{}").get("left_out")
+                ablation.append(entry)
+        with transaction(self.db):
+            run = self._run()
+            current = json.loads(run["summary"] or "{}")
+            update(
+                self.db, "runs", self.run_id, {"summary": {**current, "stack": stack, "ablation": ablation}}
+            )
