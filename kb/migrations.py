@@ -687,6 +687,66 @@ def m009_experiment_statuses(db: sqlite_utils.Database) -> None:
     )
 
 
+@migration
+def m010_autopilot(db: sqlite_utils.Database) -> None:
+    """The autonomous loop (issue 15):
+
+    - `runs.stop_reason` (one token, DESIGN.md), `runs.phase` (researching, patching, measuring,
+      reflecting) and `runs.steering` (JSON: the focus and avoid notes, the approval switch).
+    - `patches.repair_of` (the attempt it repairs), `patches.from_experiment` (the experiment whose
+      failure or conflict it answers), `patches.base_commit` (the baseline it was written against,
+      for the three-way rebase) and `patches.norm_sha` (the diff normalised, for novelty).
+    - `hypotheses.repeat_of` (an idea already measured here) and `hypotheses.wave_id` (the wave
+      whose post-mortem the research phase read when it proposed this one).
+    - `llm_calls.step` (a research phase's step key: a resumed run reuses a stored answer).
+    - `commands.kind` gains `focus`, `avoid`, `approval`, `budget` (`autoresearch steer`).
+
+    Finished runs get a stop_reason from the words their summary stored (`stopped_by`)."""
+    _sql(
+        db,
+        """
+ALTER TABLE runs ADD COLUMN stop_reason TEXT CHECK (stop_reason IS NULL OR stop_reason IN (
+    'queue_empty', 'budget_usd', 'budget_minutes', 'waves', 'max_experiments', 'plateau',
+    'no_hypotheses', 'user'));
+ALTER TABLE runs ADD COLUMN phase TEXT;
+ALTER TABLE runs ADD COLUMN steering TEXT;
+ALTER TABLE patches ADD COLUMN repair_of INTEGER REFERENCES patches (id);
+ALTER TABLE patches ADD COLUMN from_experiment INTEGER REFERENCES experiments (id);
+ALTER TABLE patches ADD COLUMN base_commit TEXT;
+ALTER TABLE patches ADD COLUMN norm_sha TEXT;
+CREATE INDEX patches_norm ON patches (norm_sha);
+ALTER TABLE hypotheses ADD COLUMN repeat_of INTEGER REFERENCES hypotheses (id);
+ALTER TABLE hypotheses ADD COLUMN wave_id INTEGER REFERENCES waves (id);
+ALTER TABLE llm_calls ADD COLUMN step TEXT;
+CREATE INDEX llm_calls_step ON llm_calls (step) WHERE step IS NOT NULL
+""",
+    )
+    old = "'approve', 'reject', 'prioritize', 'pause', 'resume', 'stop', 'cancel'))"
+    _rebuild_from_own_sql(
+        db,
+        "commands",
+        lambda sql: sql.replace(
+            old,
+            "'approve', 'reject', 'prioritize', 'pause', 'resume', 'stop', 'cancel',\n"
+            "        'focus', 'avoid', 'approval', 'budget'))",
+        ),
+    )
+    from kb.patchnorm import normalized_sha
+
+    for row in db.execute("SELECT id, diff FROM patches").fetchall():
+        db.execute("UPDATE patches SET norm_sha = ? WHERE id = ?", [normalized_sha(row[1]), row[0]])
+    db.execute(
+        "UPDATE runs SET stop_reason = CASE "
+        "WHEN json_extract(summary, '$.stopped_by') = 'queue empty' THEN 'queue_empty' "
+        "WHEN json_extract(summary, '$.stopped_by') = 'stopped' THEN 'user' "
+        "WHEN json_extract(summary, '$.stopped_by') LIKE 'waves:%' THEN 'waves' "
+        "WHEN json_extract(summary, '$.stopped_by') LIKE 'budget: max experiments%' THEN 'max_experiments' "
+        "WHEN json_extract(summary, '$.stopped_by') LIKE 'budget: $%' THEN 'budget_usd' "
+        "WHEN json_extract(summary, '$.stopped_by') LIKE 'budget: %minutes' THEN 'budget_minutes' "
+        "END WHERE status = 'finished' AND imported_from IS NULL"
+    )
+
+
 def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:
     """SQLite's 12-step table change for a constraint: the new table from the old one's stored SQL
     as `edit` changes it, rows copied by column name, its indexes and triggers made again."""

@@ -20,6 +20,7 @@ import sqlite_utils
 
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
+from kb.patchnorm import normalized_sha
 from kb.vocabulary import HYPOTHESIS_STATUSES
 
 HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable", "needs_port"]
@@ -155,8 +156,13 @@ def add_patch(
     llm_call_id: int | None = None,
     apply_status: str = "unchecked",
     apply_error: str | None = None,
+    base_commit: str | None = None,
+    repair_of: int | None = None,
+    from_experiment: int | None = None,
 ) -> int:
-    """Attach a unified diff to a hypothesis (which becomes `patched`)."""
+    """Attach a unified diff to a hypothesis (which becomes `patched`). `base_commit` is the tree
+    it was written against (the runner's three-way rebase starts there); `repair_of` and
+    `from_experiment` link a repair or a port to the patch and the experiment it answers."""
     files = diff_files(diff)
     if not files:
         raise UserError(f"patch for hypothesis {hypothesis_id}: not a unified diff (no file headers)")
@@ -174,6 +180,10 @@ def add_patch(
                 "llm_call_id": llm_call_id,
                 "apply_status": apply_status,
                 "apply_error": apply_error,
+                "base_commit": base_commit,
+                "repair_of": repair_of,
+                "from_experiment": from_experiment,
+                "norm_sha": normalized_sha(diff),
                 "created_at": now(),
             },
         )
