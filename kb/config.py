@@ -204,6 +204,16 @@ class BudgetSettings(_Section):
     """Candidate experiments per run at most; unset: no limit."""
 
 
+class AutopilotSettings(_Section):
+    enabled: bool = False
+    """Run the whole loop (`run --autopilot`): research before the first wave and whenever fewer
+    candidates are ready than workers, repair and port patches, stop on a plateau."""
+    repairs: int = Field(2, ge=0, le=10)
+    """Times a patch that does not apply, build or pass the checks goes back to the model."""
+    patience: int = Field(3, ge=1, le=100)
+    """Waves in a row without a keep before the autopilot stops (`plateau`)."""
+
+
 class HypothesesSettings(_Section):
     require_approval: bool = False
     """When true, mined and generated hypotheses wait in `proposed` until approved."""
@@ -411,6 +421,8 @@ class Settings(_Section):
     """The model (through litellm); empty: miners only."""
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     """Run budgets (also `autoresearch run --budget-*`)."""
+    autopilot: AutopilotSettings = Field(default_factory=AutopilotSettings)
+    """The autonomous loop (`autoresearch run --autopilot`)."""
     hypotheses: HypothesesSettings = Field(default_factory=HypothesesSettings)
     """The hypothesis queue."""
     kb: KBSettings = Field(default_factory=KBSettings)

@@ -11,23 +11,37 @@ import sqlite_utils
 
 from kb.workspace import Workspace
 from runner.measure.run import Progress, Runner, RunOptions, resume_run, start_run
+from runner.research_io import ResearchReport, ResearchRequest
 
 
 class LiteratureResearch:
     """The research stage as the loop sees it: after each wave, its post-mortem (the model's when
-    one is configured, else a plain summary) becomes a KB note the next research phase reads."""
+    one is configured, else a plain summary) becomes a KB note the next research phase reads; when
+    the autopilot needs candidates, a research phase (runner/research/phase.py)."""
+
+    def __init__(self, *, model: str | None = None, api_base: str | None = None) -> None:
+        self.model = model
+        self.api_base = api_base
 
     def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
         from runner.research.reflection import reflect_on_wave  # the model's client, on use
 
-        return reflect_on_wave(ws, db, wave_id)
+        return reflect_on_wave(ws, db, wave_id, model=self.model, api_base=self.api_base)
+
+    def research(self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest) -> ResearchReport:
+        from runner.research.phase import research_phase
+
+        return research_phase(ws, db, request)
 
 
 def start(ws: Workspace, options: RunOptions, progress: Progress | None = None) -> Runner:
     """A new run of the whole loop."""
-    return start_run(ws, options, progress, research=LiteratureResearch())
+    research = LiteratureResearch(model=options.model, api_base=options.api_base)
+    return start_run(ws, options, progress, research=research)
 
 
 def resume(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
-    """An interrupted or paused run taken over, wired the same way."""
-    return resume_run(ws, run_id, progress, research=LiteratureResearch())
+    """An interrupted or paused run taken over, wired the same way (with the run's own --model)."""
+    runner = resume_run(ws, run_id, progress, research=LiteratureResearch())
+    runner.research = LiteratureResearch(model=runner.options.model, api_base=runner.options.api_base)
+    return runner

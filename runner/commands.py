@@ -1,8 +1,10 @@
 """Steering: the TUI and the CLI write commands, the runner picks them up between polls.
 
 Kinds (the `commands` table's vocabulary): `approve`, `reject`, `prioritize` (args `{"priority": P}`)
-a hypothesis; `pause`, `resume`, `stop` a run; `cancel` an experiment. The runner marks each one
-`done` or `failed` with a one-line result.
+a hypothesis; `pause`, `resume`, `stop` a run; `cancel` an experiment; and the autopilot's steering
+of a run: `focus` / `avoid` (args `{"text": T}`, read by the next research phase), `approval`
+(`{"on": bool}`: generated hypotheses wait for a person) and `budget` (`{"usd": N, "minutes": M}`).
+The runner marks each one `done` or `failed` with a one-line result.
 """
 
 from __future__ import annotations
@@ -22,7 +24,28 @@ TARGETS: dict[str, str] = {
     "resume": "run",
     "stop": "run",
     "cancel": "experiment",
+    "focus": "run",
+    "avoid": "run",
+    "approval": "run",
+    "budget": "run",
 }
+
+
+def _check_args(kind: str, args: dict[str, Any]) -> None:
+    """The same checks the runner makes, at the door: a bad command is refused, not queued."""
+    if kind == "prioritize" and not isinstance(args.get("priority"), int | float):
+        raise UserError("command prioritize: needs args {'priority': <number>}")
+    if kind in ("focus", "avoid") and not str(args.get("text") or "").strip():
+        raise UserError(f"command {kind}: needs a non-empty text")
+    if kind == "approval" and not isinstance(args.get("on"), bool):
+        raise UserError("command approval: needs on or off")
+    if kind == "budget":
+        given = {k: args.get(k) for k in ("usd", "minutes") if args.get(k) is not None}
+        if not given:
+            raise UserError("command budget: give --usd and/or --minutes")
+        for key, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise UserError(f"command budget: {key} must be a positive number")
 
 
 def send(
@@ -35,8 +58,7 @@ def send(
     target_kind = TARGETS[kind]
     if target_id is None and target_kind != "run":
         raise UserError(f"command {kind}: needs the id of a {target_kind}")
-    if kind == "prioritize" and not isinstance((args or {}).get("priority"), int | float):
-        raise UserError("command prioritize: needs args {'priority': <number>}")
+    _check_args(kind, args or {})
     table = {"hypothesis": "hypotheses", "run": "runs", "experiment": "experiments"}[target_kind]
     with transaction(db):
         if target_id is not None and not one(db, f"SELECT id FROM {table} WHERE id = ?", [target_id]):

@@ -104,6 +104,7 @@ def add_hypothesis(
     llm_call_id: int | None = None,
     evidence_ids: Iterable[int] = (),
     source_refs: Iterable[str] = (),
+    wave_id: int | None = None,
 ) -> int | None:
     """Add a hypothesis with its evidence links. With a dedupe_key already present, adds nothing
     and returns None (miners re-run idempotently)."""
@@ -128,6 +129,7 @@ def add_hypothesis(
                 "cost": cost,
                 "dedupe_key": dedupe_key,
                 "llm_call_id": llm_call_id,
+                "wave_id": wave_id,
                 "created_at": stamp,
                 "updated_at": stamp,
             },
@@ -265,7 +267,7 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
     """Patches ready for a wave, in the queue order (a person's priority first, then the rank, a
     family's leader before the members waiting behind it: runner/queue_query.py): the latest patch of
     each hypothesis that may run and has no finished or live experiment for that patch yet. A
-    hypothesis waiting as `needs_port` never runs."""
+    hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs."""
     from runner.queue_query import QUEUE_ORDER
 
     allowed: Sequence[str] = (
@@ -278,6 +280,8 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
         SELECT p.*, h.title AS hypothesis_title, h.priority AS priority, h.rank AS rank
         FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
         WHERE h.status IN ({marks}) AND h.status != 'needs_port'
+          -- an idea already measured in this workspace (the autopilot's novelty check) is not run again
+          AND h.repeat_of IS NULL
           AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
           -- a patch known not to apply on the baseline waits for the patch writer to rebase it
           AND coalesce(p.apply_status, 'unchecked') != 'conflict'
@@ -288,6 +292,25 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
         """,
         list(allowed),
     )
+
+
+def mark_repeat(db: sqlite_utils.Database, hypothesis_id: int, of: int, why: str) -> None:
+    """An idea already measured here (novelty): it stays in the queue's history, never runs."""
+    with transaction(db):
+        update(db, "hypotheses", hypothesis_id, {"repeat_of": of, "updated_at": now()})
+        add_note(db, hypothesis_id, f"repeat of #{of}: {why}")
+        log_event(db, "hypothesis.repeat", f"hypothesis {hypothesis_id}: a repeat of #{of} ({why})")
+
+
+def mark_conflict(db: sqlite_utils.Database, patch_id: int, error: str) -> None:
+    """A patch that no longer applies after a winner, even three-way: it waits for a port, and its
+    hypothesis as `needs_port` (the patch writer ports it, as a fork commit's)."""
+    with transaction(db):
+        patch = one(db, "SELECT hypothesis_id FROM patches WHERE id = ?", [patch_id])
+        if patch is None:
+            raise UserError(f"patch {patch_id}: no such patch")
+        update(db, "patches", patch_id, {"apply_status": "conflict", "apply_error": error[:4000]})
+        set_status(db, patch["hypothesis_id"], "needs_port")
 
 
 def add_note(db: sqlite_utils.Database, hypothesis_id: int, text: str) -> None:

@@ -229,6 +229,44 @@ class LLMClient:
     """Tests: litellm's `mock_response`, one item per model call in order (the last one repeats)."""
     sleep: Callable[[float], None] = time.sleep
     _mock_index: int = field(default=0, init=False)
+    _step: str | None = field(default=None, init=False)
+    """The step key of the call in progress (complete_structured's `step`), stored on its rows."""
+
+    def _replay(
+        self,
+        step: str,
+        conversation: list[Message],
+        schema: type[T],
+        validate: Callable[[T], None] | None,
+    ) -> StructuredResult[T] | None:
+        stored = one(
+            self.db,
+            "SELECT id, response FROM llm_calls WHERE step = ? AND error IS NULL AND response IS NOT NULL "
+            "ORDER BY id DESC LIMIT 1",
+            [step],
+        )
+        if stored is None:
+            return None
+        try:
+            value = schema.model_validate_json(extract_json(stored["response"]))
+            if validate is not None:
+                validate(value)
+        except (ValidationError, ValueError):
+            return None  # stored cut short (STORED_CHARS) or by another schema: ask again
+        with transaction(self.db):
+            log_event(
+                self.db,
+                "llm.replayed",
+                f"{step}: the answer of llm call {stored['id']} used again",
+                run_id=self.run_id,
+            )
+        text = stored["response"]
+        return StructuredResult(
+            value=value,
+            call_id=int(stored["id"]),
+            raw=text,
+            messages=[*conversation, {"role": "assistant", "content": text}],
+        )
 
     def _next_mock(self) -> MockItem | None:
         if not self.mock_responses:
@@ -264,6 +302,7 @@ class LLMClient:
             "attempt": attempt,
             "run_id": self.run_id,
             "hypothesis_id": hypothesis_id,
+            "step": self._step,
             "created_at": now(),
             **values,
         }
@@ -368,6 +407,7 @@ class LLMClient:
         hypothesis_id: int | None = None,
         validate: Callable[[T], None] | None = None,
         decode_schema: type[BaseModel] | None = None,
+        step: str | None = None,
     ) -> StructuredResult[T]:
         """Ask for an answer matching `schema`; invalid answers are sent back with the error.
 
@@ -378,8 +418,17 @@ class LLMClient:
         `validate` may raise ValueError for checks the schema cannot express (e.g. a diff that must
         name files); that counts as invalid too. Raises LLMError (BudgetExceeded) when no valid
         answer comes; every attempt is in llm_calls either way.
+
+        `step` names a step of a resumable process (the autopilot's research phase): when a valid
+        answer to the same step is stored already (a run killed after the call, then resumed), it
+        is used again and no model call is made or paid for twice.
         """
         conversation = with_schema(messages, schema)
+        if step is not None:
+            replayed = self._replay(step, conversation, schema, validate)
+            if replayed is not None:
+                return replayed
+        self._step = step
         attempt = 1
         last_error = ""
         for _ in range(self.validation_retries + 1):

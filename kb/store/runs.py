@@ -296,3 +296,24 @@ def last_run_with_winners(db: sqlite_utils.Database) -> tuple[str, int] | None:
         "GROUP BY r.id ORDER BY r.id DESC LIMIT 1",
     )
     return None if r is None else (str(r["name"]), int(r["n"]))
+
+
+@dataclass(frozen=True)
+class CommandRow:
+    id: int
+    kind: str
+    status: str
+    result: str | None
+
+
+def command(db: sqlite_utils.Database, command_id: int) -> CommandRow | None:
+    """A steering command as the runner left it (pending, done or failed, with its result)."""
+    r = one(db, "SELECT id, kind, status, result FROM commands WHERE id = ?", [command_id])
+    return None if r is None else CommandRow(int(r["id"]), r["kind"], r["status"], r["result"])
+
+
+def live_run(db: sqlite_utils.Database, now: float) -> RunStatus | None:
+    """The run a runner is driving now (running or paused, fresh heartbeat), if any."""
+    run_id = current_run_id(db)
+    status = run_status(db, run_id) if run_id is not None else None
+    return status if status is not None and status.runner_live(now) else None

@@ -16,6 +16,7 @@ from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import JobRef
 from runner.harness.protocol import LogParser
+from runner.research_io import ResearchReport, ResearchRequest
 
 Progress = Callable[[str], None]
 
@@ -55,6 +56,12 @@ class RunOptions:
     """Start from this commit instead of target.baseline_commit (`--from-winners`: a run's head)."""
     from_winners: str | None = None
     """The earlier run whose head `baseline` is (recorded with the run's options)."""
+    autopilot: bool | None = None
+    """Research, repair and port between waves (`--autopilot`); None: `autopilot.enabled`."""
+    model: str | None = None
+    """`--model`: overrides llm.model for this run's research, repairs and ports."""
+    api_base: str | None = None
+    """`--api-base`: overrides llm.api_base likewise."""
 
     @classmethod
     def from_json(cls, raw: str | None) -> RunOptions:
@@ -100,9 +107,20 @@ class RunSummary:
     winners: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     error: str | None = None
+    stop_reason: str | None = None
+    """One token of kb.vocabulary.STOP_REASONS once the run finished."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a run ended: one token of STOP_REASONS (runs.stop_reason) and the words people read
+    (runs.summary.stopped_by, e.g. "budget: 90 minutes")."""
+
+    reason: str
+    words: str
 
 
 class Research(Protocol):
@@ -112,6 +130,11 @@ class Research(Protocol):
 
     def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
         """The finished wave's post-mortem; the evidence id of the note it stored, if any."""
+        ...
+
+    def research(self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest) -> ResearchReport:
+        """New candidates: refresh the miners; with a model, repair, port, generate and patch.
+        Model trouble is reported in `failures`, never raised: the run goes on with what it has."""
         ...
 
 

@@ -301,4 +301,5 @@ def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
         winners=winners,
         summary=json.loads(run["summary"]) if run["summary"] else None,
         error=run["error"],
+        stop_reason=run["stop_reason"],
     )

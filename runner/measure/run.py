@@ -153,7 +153,9 @@ def _insert_run(
         raise UserError(f"run {run['name']} was interrupted: continue it with `autoresearch run --resume`")
     from runner.hypotheses import runnable
 
-    if not runnable(db, require_approval=settings.hypotheses.require_approval):
+    autopilot = options.autopilot if options.autopilot is not None else settings.autopilot.enabled
+    # The autopilot's first research phase fills an empty queue; a plain run has nothing to do.
+    if not autopilot and not runnable(db, require_approval=settings.hypotheses.require_approval):
         raise UserError(
             f"{ws.root}: the queue is empty, nothing to run (add patches: autoresearch queue add)"
         )

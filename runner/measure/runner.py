@@ -14,6 +14,7 @@ from runner.fleet import make_fleet
 from runner.measure.common import (
     RunFailed,
     RunSummary,
+    Stop,
 )
 from runner.measure.recovery import Recovery
 
@@ -61,8 +62,7 @@ class Runner(Recovery):
                 )
                 if self.resuming:
                     self._recover()
-                stopped_by = self._stages()
-                self._finish("finished", stopped_by=stopped_by)
+                self._finish("finished", stop=self._stages())
             except KeyboardInterrupt:
                 self._interrupt()
                 raise
@@ -75,7 +75,8 @@ class Runner(Recovery):
                 raise
         return self.summary()
 
-    def _finish(self, status: str, *, stopped_by: str | None = None, error: str | None = None) -> None:
+    def _finish(self, status: str, *, stop: Stop | None = None, error: str | None = None) -> None:
+        stopped_by = stop.words if stop else None
         assert self.fleet is not None
         for active in list(self.active.values()):
             self.fleet.cancel(active.ref)
@@ -92,6 +93,8 @@ class Runner(Recovery):
                 self.run_id,
                 {
                     "status": status,
+                    "stop_reason": stop.reason if stop else None,
+                    "phase": None,
                     "ended_at": now(),
                     "error": error,
                     "summary": summary,
@@ -105,6 +108,7 @@ class Runner(Recovery):
                 + (f" ({stopped_by})" if stopped_by else "")
                 + (f": {error}" if error else ""),
                 level="info" if status == "finished" else "error",
+                data={"stop_reason": stop.reason} if stop else None,
             )
         self._say(
             f"run {self.name} {status}"

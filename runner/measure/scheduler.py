@@ -134,6 +134,67 @@ class Scheduler(Steering):
                 return worker
         return None
 
+    def _rebase(self, exp: dict[str, Any], patch: dict[str, Any], baseline: str, error: str) -> str | None:
+        """A patch that does not apply onto this baseline. When it applies onto the tree it was
+        written for (its base_commit, else the run's original baseline) and a winner moved the
+        baseline since, a three-way merge rebases it (the candidate, measured as usual); a real
+        conflict ends the experiment `conflict`, naming the winner, and its hypothesis waits as
+        `needs_port` (the autopilot's patch writer ports it). Otherwise the patch itself is broken:
+        `crashed (does_not_apply)`. None when the experiment ended here."""
+        from kb import gitrepo
+        from runner.hypotheses import mark_conflict
+
+        exp_id = exp["id"]
+        written_for = patch["base_commit"] or self.baseline
+        try:
+            own = commit_candidate(self.repo, written_for, patch["diff"], exp["title"])
+        except DoesNotApply:
+            own = None
+        if own is None or written_for == baseline:
+            self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=error)
+            return None
+        merged = gitrepo.three_way(self.repo, baseline, patch["diff"], commit=own)
+        if merged.diff is not None:
+            try:
+                candidate = commit_candidate(self.repo, baseline, merged.diff, exp["title"])
+            except DoesNotApply:
+                candidate = None
+            if candidate is not None:
+                self._merge_meta(exp_id, {"rebased_from": written_for})
+                self._event(
+                    "experiment_rebased",
+                    f"experiment {exp_id}: rebased onto {baseline[:12]} by a three-way merge "
+                    f"(written for {written_for[:12]})",
+                    exp_id=exp_id,
+                )
+                return candidate
+        winner = self._winner_in_the_way(written_for, baseline, merged.conflicts)
+        reason = f"conflicts with {winner}" if winner else "conflicts with the winners since its baseline"
+        where = f" in {', '.join(merged.conflicts[:5])}" if merged.conflicts else ""
+        detail = f"{reason}{where}: {(merged.error or error).strip().splitlines()[-1][:300]}"
+        with transaction(self.db):
+            mark_conflict(self.db, patch["id"], f"{reason}{where}\n{merged.error or error}")
+            self._finish_experiment(exp_id, "conflict", reason[:200], detail=detail, cleanup=False)
+        self._cleanup(exp_id)
+        return None
+
+    def _winner_in_the_way(self, base: str, head: str, paths: list[str]) -> str | None:
+        """The latest winner between `base` and `head` that touched these paths (else the latest)."""
+        from kb import gitrepo
+
+        shas = gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}", "--", *paths).split()
+        shas = shas or gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}").split()
+        for sha in shas:
+            found = one(
+                self.db,
+                "SELECT w.experiment_id, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
+                "WHERE w.commit_sha = ?",
+                [sha],
+            )
+            if found is not None:
+                return f"winner exp {found['experiment_id']} ({sha[:12]}: {found['title'][:60]})"
+        return f"commit {shas[0][:12]}" if shas else None
+
     def _prepare(self, exp: dict[str, Any], worker: Worker) -> bool:
         """Refusal, candidate commit and trees; False when the experiment ended right here."""
         exp_id = exp["id"]
@@ -156,8 +217,9 @@ class Scheduler(Steering):
                 try:
                     candidate = commit_candidate(self.repo, baseline, patch["diff"], exp["title"])
                 except DoesNotApply as exc:
-                    self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
-                    return False
+                    candidate = self._rebase(exp, patch, baseline, str(exc))
+                    if candidate is None:
+                        return False
         assert candidate is not None
         with transaction(self.db):
             update(

@@ -17,58 +17,70 @@ from runner.measure.common import (
     SELF_TEST_ATTEMPTS,
     RunFailed,
     RunStopped,
+    Stop,
 )
-from runner.measure.scheduler import Scheduler
+from runner.measure.research_phase import Researching
 
 
-class Stages(Scheduler):
+class Stages(Researching):
     """The stages of a run."""
 
-    def _stages(self) -> str:
+    def _stages(self) -> Stop:
+        """The self-test, the waves, the final stage; returns why the waves stopped."""
         try:
-            if not self._self_test_done():
-                if not self._pending_work():
-                    return "queue empty"
-                self._budget_reason = self._budget_spent()
-                if self._budget_reason:
-                    return f"budget: {self._budget_reason}"
-                self._self_test()
-                if self._budget_reason:
-                    return f"budget: {self._budget_reason}"
-            waves_done = one(
-                self.db,
-                "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status != 'running'",
-                [self.run_id],
-            )
-            done = waves_done["n"] if waves_done else 0
-            while True:
-                wave = one(
-                    self.db, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [self.run_id]
-                )
-                if wave is None:
-                    if self.options.waves is not None and done >= self.options.waves:
-                        stopped_by = f"waves: {done}"
-                        break
-                    reason = self._budget_spent()
-                    if reason:
-                        stopped_by = f"budget: {reason}"
-                        break
-                    wave = self._new_wave()
-                    if wave is None:
-                        spent = self._budget_reason
-                        stopped_by = f"budget: {spent}" if spent else "queue empty"
-                        break
-                self._wave(wave)
-                done += 1
-                if self._budget_reason:
-                    stopped_by = f"budget: {self._budget_reason}"
-                    break
+            stop = self._waves()
             if self.options.final:
+                self._set_phase("measuring")
                 self._final_stage()
-            return stopped_by
+            return stop
         except RunStopped:
             self._cancel_live("stopped")
-            return "stopped"
+            return Stop("user", "stopped")
+
+    def _nothing_left(self) -> Stop:
+        if self.autopilot:
+            return Stop("no_hypotheses", "no new hypotheses: the research phase found nothing to try")
+        return Stop("queue_empty", "queue empty")
+
+    def _waves(self) -> Stop:
+        if not self._self_test_done():
+            if not self._pending_work():
+                self._research_phase()  # the autopilot reads before the first wave
+                if not self._pending_work():
+                    return self._nothing_left()
+            self._spend(self._budget_spent())
+            if stop := self._budget_stop():
+                return stop
+            self._self_test()
+            if stop := self._budget_stop():
+                return stop
+        waves_done = one(
+            self.db,
+            "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status != 'running'",
+            [self.run_id],
+        )
+        done = waves_done["n"] if waves_done else 0  # --waves counts across a resume
+        while True:
+            wave = one(self.db, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [self.run_id])
+            if wave is None:
+                if self.options.waves is not None and done >= self.options.waves:
+                    return Stop("waves", f"waves: {done}")
+                self._spend(self._budget_spent())
+                if stop := self._budget_stop():
+                    return stop
+                if stop := self._plateau():
+                    return stop
+                self._research_phase()
+                if stop := self._budget_stop():  # the research phase's model calls count too
+                    return stop
+                wave = self._new_wave()
+                if wave is None:
+                    return self._budget_stop() or self._nothing_left()
+            self._set_phase("measuring")
+            self._wave(wave)
+            done += 1
+            if stop := self._budget_stop():
+                return stop
 
     def _cancel_live(self, reason: str) -> None:
         for exp in rows(
@@ -140,25 +152,23 @@ class Stages(Scheduler):
             return result
         return {"passed": False, "reason": f"{exp['status']}: {exp['reason'] or 'no result'}"}
 
-    def _runnable(self, limit: int) -> list[dict[str, Any]]:
-        from runner.hypotheses import runnable
-
-        found = runnable(self.db, require_approval=self.settings.hypotheses.require_approval)
-        return found[:limit]
-
     def _new_wave(self) -> dict[str, Any] | None:
         size = self.wave_size
         cap = self.budget.get("max_experiments")
         if cap is not None:
+            # Experiments measured: a retry is the same experiment again, and a repair attempt that
+            # never reached a benchmark (no sample, over) was not measured.
             used = one(
                 self.db,
-                "SELECT count(*) AS n FROM experiments WHERE run_id = ? AND kind = 'candidate' "
-                "AND retry_of IS NULL",
+                "SELECT count(*) AS n FROM experiments e LEFT JOIN patches p ON p.id = e.patch_id "
+                "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.retry_of IS NULL "
+                "AND NOT (p.repair_of IS NOT NULL AND e.status NOT IN ('queued', 'running') "
+                "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.experiment_id = e.id))",
                 [self.run_id],
             )
             size = min(size, cap - (used["n"] if used else 0))
             if size <= 0:
-                self._budget_reason = f"max experiments ({cap})"
+                self._spend(Stop("max_experiments", f"max experiments ({cap})"))
                 return None
         carried = rows(
             self.db,

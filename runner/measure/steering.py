@@ -1,4 +1,9 @@
-"""Housekeeping between polls: the heartbeat, the budget, and the commands people send."""
+"""Housekeeping between polls: the heartbeat, the budget, and the commands people send
+(`autoresearch steer`, the console, `hypotheses approve|reject`: runner/commands.py writes them).
+
+Steering that outlives this process is in the database, not in memory: a focus or avoid note and
+the approval switch are kept in runs.steering (the next research phase reads them), a new budget
+in runs.budget; only pause and stop act on this runner directly."""
 
 from __future__ import annotations
 
@@ -12,12 +17,16 @@ from runner.measure.common import (
     FINAL,
     HEARTBEAT_SECONDS,
     RunStopped,
+    Stop,
 )
 from runner.measure.jobs import Jobs
 
 
 class Steering(Jobs):
     """Housekeeping between polls."""
+
+    _budget_token: str | None = None
+    """The STOP_REASONS token of `_budget_reason` (budget_minutes, budget_usd, max_experiments)."""
 
     def _housekeeping(self) -> None:
         assert self.fleet is not None
@@ -31,7 +40,7 @@ class Steering(Jobs):
             update(self.db, "runs", self.run_id, {"heartbeat_at": stamp, "cost_usd": cost})
         # The clock is checked on every poll, costs (database sums) with the heartbeat.
         if self._budget_reason is None:
-            self._budget_reason = self._budget_spent(costs=beat)
+            self._spend(self._budget_spent(costs=beat))
             if self._budget_reason:
                 self._say(f"budget spent ({self._budget_reason}): finishing what runs, starting nothing")
                 self._event("budget_spent", f"budget spent: {self._budget_reason}", level="warning")
@@ -39,16 +48,47 @@ class Steering(Jobs):
         if self.stopping:
             raise RunStopped
 
-    def _budget_spent(self, *, costs: bool = True) -> str | None:
+    def _budget_spent(self, *, costs: bool = True) -> Stop | None:
+        """Whether budget.minutes or budget.usd (machines and model together) is spent."""
         minutes = self.budget.get("minutes")
         if minutes is not None and (now() - self.started_at) / 60 >= minutes:
-            return f"{minutes:g} minutes"
+            return Stop("budget_minutes", f"{minutes:g} minutes")
         usd = self.budget.get("usd")
         if usd is not None and costs:
             spent = dollars_spent(self.db, self.run_id, self.fleet.cost_usd() if self.fleet else 0.0)
             if spent >= usd:
-                return f"${usd:g} (spent ${spent:.2f})"
+                return Stop("budget_usd", f"${usd:g} (spent ${spent:.2f})")
         return None
+
+    def _spend(self, stop: Stop | None) -> None:
+        """Remember a spent budget: running batches finish, nothing new starts."""
+        if stop is not None:
+            self._budget_reason, self._budget_token = stop.words, stop.reason
+
+    def _budget_stop(self) -> Stop | None:
+        if self._budget_reason is None:
+            return None
+        return Stop(self._budget_token or "budget_minutes", f"budget: {self._budget_reason}")
+
+    def _steering(self) -> dict[str, Any]:
+        """runs.steering: {"focus": [...], "avoid": [...], "approval": bool | None}."""
+        raw = self._run().get("steering")
+        data = json.loads(raw) if raw else {}
+        return data if isinstance(data, dict) else {}
+
+    def _require_approval(self) -> bool:
+        """`steer approval on|off` for this run, else hypotheses.require_approval."""
+        chosen = self._steering().get("approval")
+        return bool(chosen) if chosen is not None else self.settings.hypotheses.require_approval
+
+    def _steer(self, key: str, value: Any) -> None:
+        current = self._steering()
+        if key in ("focus", "avoid"):
+            notes = [n for n in current.get(key, []) if n != value]
+            current[key] = [*notes, value][-10:]  # the newest ten: a prompt has room for them
+        else:
+            current[key] = value
+        update(self.db, "runs", self.run_id, {"steering": current})
 
     def _commands(self) -> None:
         from runner import hypotheses
@@ -106,6 +146,27 @@ class Steering(Jobs):
             self.stopping = True
             self._say("stopping: cancelling running experiments")
             return "stopping"
+        if kind in ("focus", "avoid"):
+            text = " ".join(str(args.get("text") or "").split())
+            if not text:
+                raise UserError(f"{kind}: args need a non-empty 'text'")
+            self._steer(kind, text[:500])
+            return f"{kind}: {text[:80]} (read by the next research phase)"
+        if kind == "approval":
+            on = args.get("on")
+            if not isinstance(on, bool):
+                raise UserError("approval: args need 'on': true or false")
+            self._steer("approval", on)
+            return "approval on: generated hypotheses wait for a person" if on else "approval off"
+        if kind == "budget":
+            changed = {k: args[k] for k in ("usd", "minutes") if args.get(k) is not None}
+            if not changed or not all(isinstance(v, int | float) and v > 0 for v in changed.values()):
+                raise UserError("budget: args need a positive 'usd' and/or 'minutes'")
+            self.budget = {**self.budget, **changed}
+            update(self.db, "runs", self.run_id, {"budget": self.budget})
+            if self._budget_reason is not None and self._budget_spent() is None:
+                self._budget_reason = self._budget_token = None  # raised above what is spent: go on
+            return "budget " + ", ".join(f"{k} {v:g}" for k, v in changed.items())
         if kind == "cancel":
             assert target is not None
             exp = one(self.db, "SELECT * FROM experiments WHERE id = ?", [target])

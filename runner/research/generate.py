@@ -93,6 +93,11 @@ class ProposedHypothesis(BaseModel):
     evidence_ids: list[int] = Field(
         min_length=1, max_length=10, description="Ids of the evidence blocks it relies on."
     )
+    repeat_of: int | None = Field(
+        default=None,
+        description="The id of a hypothesis already tried (in the results) that this one repeats; "
+        "null when it is a new idea.",
+    )
 
 
 class ResearchAnswer(BaseModel):
@@ -315,6 +320,8 @@ class GenerateReport:
     """{"into": existing id, "title": proposed title}."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
     """{"title": ..., "reason": ...}."""
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    """{"of": hypothesis id, "title": ...}: ideas the model marked as repeats of ones tried."""
     queries: list[str] = field(default_factory=list)
     evidence_shown: list[int] = field(default_factory=list)
     bottleneck: dict[str, Any] = field(default_factory=dict)
@@ -340,8 +347,15 @@ def generate(
     *,
     n: int = 5,
     focus: str | None = None,
+    learnt: str = "",
+    step: str | None = None,
+    wave_id: int | None = None,
 ) -> GenerateReport:
-    """Propose up to `n` hypotheses from the KB; returns what was added, merged and rejected."""
+    """Propose up to `n` hypotheses from the KB; returns what was added, merged and rejected.
+
+    `learnt` is what a run has learnt so far (the autopilot's results table, the directions to
+    avoid and why); `step` keys the two model calls so a resumed phase reuses stored answers;
+    `wave_id` is recorded on the hypotheses as the wave whose post-mortem they answer."""
     if n < 1 or n > 20:
         raise UserError(f"--n {n}: must be between 1 and 20")
     settings = ws.settings
@@ -350,6 +364,8 @@ def generate(
     bottleneck = analyze_bottleneck(measured.metrics, settings.metric.primary, settings.metric.direction)
     report.bottleneck = bottleneck.to_json()
     context = _context(settings, measured, bottleneck, db, focus)
+    if learnt:
+        context += "\n\n" + learnt
     nonce = prompting.new_nonce()
     notes_text, note_ids = prompting.evidence_blocks(db, _reflection_ids(db), nonce, per_item=2500)
 
@@ -368,6 +384,7 @@ def generate(
             },
         ],
         QueryPlan,
+        step=f"{step}:queries" if step else None,
     )
     report.call_ids.append(plan.call_id)
     report.queries = [q.strip() for q in plan.value.queries if q.strip()]
@@ -401,14 +418,16 @@ def generate(
                 + f"Propose up to {n} hypotheses, best first. Each cites the ids of the evidence blocks "
                 f"it relies on (the id= attribute); expected_effect is the relative change of "
                 f"{settings.metric.primary} (0.03 = +3%), realistic given the bottleneck and the "
-                "noise floor.",
+                "noise floor. Do not propose again what was tried and failed; if an idea repeats one "
+                "tried, set repeat_of to that hypothesis id.",
             },
         ],
         ResearchAnswer,
         decode_schema=research_answer(n),
+        step=f"{step}:hypotheses" if step else None,
     )
     report.call_ids.append(answer.call_id)
-    _record(db, answer.value.hypotheses[:n], answer.call_id, report)
+    _record(db, answer.value.hypotheses[:n], answer.call_id, report, wave_id=wave_id)
     if report.added:
         from runner.rank import rerank
 
@@ -425,11 +444,24 @@ def generate(
 
 
 def _record(
-    db: sqlite_utils.Database, proposed: list[ProposedHypothesis], call_id: int, report: GenerateReport
+    db: sqlite_utils.Database,
+    proposed: list[ProposedHypothesis],
+    call_id: int,
+    report: GenerateReport,
+    *,
+    wave_id: int | None = None,
 ) -> None:
     existing = rows(db, "SELECT id, title FROM hypotheses ORDER BY id")
     for item in proposed:
         title = " ".join(item.title.split())
+        if item.repeat_of is not None and one(db, "SELECT id FROM hypotheses WHERE id = ?", [item.repeat_of]):
+            # The model says it repeats an idea tried: counted, not queued again.
+            report.repeats.append({"of": item.repeat_of, "title": title})
+            with transaction(db):
+                log_event(
+                    db, "hypotheses.repeat", f"{title!r}: a repeat of #{item.repeat_of} (llm call {call_id})"
+                )
+            continue
         ids = list(dict.fromkeys(item.evidence_ids))
         missing = _missing_ids(db, ids)
         if missing:
@@ -461,6 +493,7 @@ def _record(
             dedupe_key=key,
             llm_call_id=call_id,
             evidence_ids=ids,
+            wave_id=wave_id,
         )
         if hid is None:  # same significant words as an earlier hypothesis (its dedupe key)
             twin_row = one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key])

@@ -9,6 +9,12 @@ diff and each function the commit changes, as the fork has it and as the baselin
 error and the current text around the failing lines go back to the model, up to N attempts. A diff
 touching a protected path (benchmark, checks, `target.protect`) is refused: the hypothesis becomes
 `unpatchable` with the reason in its notes.
+
+A repair (the autopilot's) is the same conversation with the failed attempt added: its diff and the
+relevant excerpt (the apply error, the compiler's last lines, the failing check's last lines). The
+new patch names the one it repairs and the experiment that failed (patches.repair_of,
+from_experiment). A patch that stopped applying after a winner (the runner's `conflict`) is ported
+the way a fork commit is: the same change, against the new baseline.
 """
 
 from __future__ import annotations
@@ -63,6 +69,24 @@ class PatchOutcome:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Repair:
+    """A failed attempt handed back to the model."""
+
+    patch_id: int
+    experiment_id: int
+    stage: str
+    """does_not_apply, build, checks."""
+    excerpt: str
+
+
+REPAIR_WHAT = {
+    "does_not_apply": "did not apply to the baseline",
+    "build": "did not build",
+    "checks": "built, but the checks script failed on it",
+}
+
+
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
 
@@ -115,13 +139,15 @@ def _check_answer(answer: PatchAnswer) -> None:
         raise ValueError("diff: no hunks (no '@@ -a,b +c,d @@' lines)")
 
 
-def pending(db: sqlite_utils.Database, settings: Settings) -> list[int]:
+def pending(
+    db: sqlite_utils.Database, settings: Settings, *, require_approval: bool | None = None
+) -> list[int]:
     """Hypotheses the patch writer should work on, in the queue order: allowed to run (or waiting as
     `needs_port`; with hypotheses.require_approval, once a person approved it), and without a patch
     that applies."""
     from runner.queue_query import queue_ids
 
-    strict = settings.hypotheses.require_approval
+    strict = settings.hypotheses.require_approval if require_approval is None else require_approval
     statuses: tuple[str, ...] = ("approved",) if strict else ("approved", "proposed", "needs_port")
     marks = ", ".join("?" for _ in statuses)
     return queue_ids(
@@ -279,8 +305,8 @@ def _messages(
     patch = latest_patch(db, hypothesis_id)
     if patch is not None and patch["apply_status"] == "conflict":
         parts.append(
-            "A patch exists (from a fork) but does not apply to the baseline. Rebase it: produce the "
-            "same change against the baseline files shown.\n"
+            "A patch exists (from a fork, or written against an earlier baseline) but does not apply "
+            "to the baseline. Rebase it: produce the same change against the baseline files shown.\n"
             + prompting.block(nonce, "original-patch", prompting.clip(patch["diff"], 20_000))
             + "\n"
             + prompting.block(nonce, "git-apply-error", patch["apply_error"] or "")
@@ -353,8 +379,15 @@ def write_patch(
     *,
     attempts: int = DEFAULT_ATTEMPTS,
     baseline: str | None = None,
+    repair: Repair | None = None,
+    step: str | None = None,
+    from_experiment: int | None = None,
 ) -> PatchOutcome:
-    """One hypothesis: ask, check, feed errors back; returns what happened (never half-applied)."""
+    """One hypothesis: ask, check, feed errors back; returns what happened (never half-applied).
+
+    `repair`: a failed attempt to correct (the hypothesis keeps its status). `step`: a prefix for
+    the model calls' step keys (runner/llm.py), so a resumed research phase reuses stored answers.
+    `from_experiment`: the experiment this patch answers (a port after a `conflict`)."""
     from kb import gitrepo
     from runner.llm import BudgetExceeded, LLMError
 
@@ -367,19 +400,34 @@ def write_patch(
         outcome.status, outcome.reason = "skipped", hyp.status
         return outcome
     current = latest_patch(db, hypothesis_id)
-    if current is not None and current["apply_status"] != "conflict":
+    if repair is None and current is not None and current["apply_status"] != "conflict":
         outcome.status, outcome.reason = "skipped", f"has patch {current['id']}"
         return outcome
     nonce = prompting.new_nonce()
     protected = protected_paths(ws, settings)
     ctx = gather_files(db, repo, base, hypothesis_id, settings, protected)
     messages = _messages(db, hypothesis_id, ctx, settings, nonce, protected)
+    if repair is not None:
+        failed = one(db, "SELECT diff FROM patches WHERE id = ?", [repair.patch_id])
+        messages[-1]["content"] += (
+            f"\n\nAn earlier patch for this hypothesis {REPAIR_WHAT.get(repair.stage, 'failed')} "
+            f"(experiment {repair.experiment_id}). Correct it: keep the idea, fix what failed.\n"
+            + prompting.block(nonce, "failed-patch", prompting.clip(failed["diff"] if failed else "", 20_000))
+            + "\n"
+            + prompting.block(nonce, f"{repair.stage}-output", prompting.clip(repair.excerpt, 6_000))
+        )
+    previous = current["id"] if current is not None and (repair is not None or from_experiment) else None
     last_error = ""
     for _ in range(attempts):
         outcome.attempts += 1
         try:
             result = client.complete_structured(
-                "patch", messages, PatchAnswer, hypothesis_id=hypothesis_id, validate=_check_answer
+                "repair" if repair is not None else "patch",
+                messages,
+                PatchAnswer,
+                hypothesis_id=hypothesis_id,
+                validate=_check_answer,
+                step=f"{step}:a{outcome.attempts}" if step else None,
             )
         except LLMError as exc:
             outcome.reason = str(exc)
@@ -396,6 +444,9 @@ def write_patch(
         except patchpaths.PatchUnreadable:
             refused = None  # git cannot read it: apply_check below says why, and the model retries
         if refused:
+            if repair is not None:  # a repair that turns hostile ends the repairs, not the idea's record
+                outcome.status, outcome.reason = "failed", f"the model's repair {refused}"
+                return outcome
             return _unpatchable(db, outcome, f"the model's patch {refused}")
         error = gitrepo.apply_check(repo, base, diff)
         if error is None:
@@ -408,6 +459,9 @@ def write_patch(
                     author=client.config.model,
                     llm_call_id=result.call_id,
                     apply_status="ok",
+                    base_commit=base,
+                    repair_of=previous,
+                    from_experiment=repair.experiment_id if repair is not None else from_experiment,
                 )
                 log_event(
                     db,
@@ -438,6 +492,9 @@ def write_patch(
             },
         ]
     first = last_error.splitlines()[0] if last_error else "no diff"
+    if repair is not None:
+        outcome.reason = f"no repair applied in {attempts} attempts ({first[:200]})"
+        return outcome
     return _unpatchable(
         db, outcome, f"no diff applied to the baseline in {attempts} attempts ({first[:200]})"
     )

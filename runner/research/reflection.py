@@ -192,6 +192,8 @@ def reflect_on_wave(
     *,
     client: LLMClient | None = None,
     use_model: bool = True,
+    model: str | None = None,
+    api_base: str | None = None,
 ) -> int:
     """Write the wave's post-mortem as a KB note and return its evidence id.
 
@@ -200,10 +202,10 @@ def reflect_on_wave(
     loop calls this after every wave. An unknown wave is a UserError."""
     facts, summary = wave_facts(db, wave_id)
     wave = facts["wave"]
-    if client is None and use_model and ws.settings.llm.model:
+    if client is None and use_model and (model or ws.settings.llm.model):
         from runner.llm import client_for
 
-        client = client_for(db, ws.settings.llm, run_id=wave["run_id"])
+        client = client_for(db, ws.settings.llm, model=model, api_base=api_base, run_id=wave["run_id"])
     if client is None or not use_model:
         return _store(db, wave, summary, {"author": "summary", "run_id": wave["run_id"], "wave_id": wave_id})
     from runner.llm import LLMError
@@ -219,7 +221,10 @@ def reflect_on_wave(
         {"role": "user", "content": f"Facts of the wave (measured by the runner):\n{summary}"},
     ]
     try:
-        result = client.complete_structured("reflect", messages, Reflection)
+        # One post-mortem a wave: a run resumed after a kill here reuses the stored answer.
+        result = client.complete_structured(
+            "reflect", messages, Reflection, step=f"run{wave['run_id']}:reflect:w{wave_id}"
+        )
     except LLMError as exc:
         body = f"{summary}\n\n(model post-mortem unavailable: {exc})"
         return _store(

@@ -19,6 +19,11 @@ COMMANDS: CommandMap = {
     "queue": ("tui.cli.queue_cmd", "cli", "Add patches to the experiment queue by hand."),
     "validate": ("tui.cli.validate_cmd", "cli", "Try build, benchmark and checks on the baseline."),
     "run": ("tui.cli.run_cmd", "cli", "Run experiment waves (or --resume an interrupted run)."),
+    "steer": (
+        "tui.cli.steer_cmd",
+        "cli",
+        "Steer the going run: pause, stop, focus, avoid, approval, budget.",
+    ),
     "history": ("tui.cli.history_cmd", "history", "Runs, waves, experiments, decisions, samples."),
     "report": ("tui.cli.history_cmd", "report", "Write a run's report (markdown or HTML)."),
     "redecide": ("tui.cli.history_cmd", "redecide", "Re-decide a past run under another policy."),

@@ -41,6 +41,17 @@ _POSITIVE = Number(min=0, min_open=True)
 @click.option(
     "--skip-validate", is_flag=True, help="Start even without a passing `autoresearch validate` (warns)."
 )
+@click.option(
+    "--autopilot/--no-autopilot",
+    "autopilot_on",
+    default=None,
+    help="Research, patch, repair and port between waves by itself, until a stop condition "
+    "(default: autopilot.enabled).",
+)
+@click.option("--model", type=TEXT, help="Model for this run (litellm name; overrides llm.model).")
+@click.option(
+    "--api-base", "api_base", type=TEXT, help="OpenAI-compatible server URL (overrides llm.api_base)."
+)
 @click.option("--resume", is_flag=True, help="Continue an interrupted run (after a crash or kill).")
 @click.option("--run", "run_id", type=ROW_ID, help="With --resume: which run (default: the latest).")
 @json_option
@@ -62,16 +73,25 @@ def cli(
     detach: bool,
     from_winners: str | None,
     skip_validate: bool,
+    autopilot_on: bool | None,
+    model: str | None,
+    api_base: str | None,
     resume: bool,
     run_id: int | None,
     as_json: bool,
 ) -> None:
-    """Run experiment waves on the queued patches.
+    """Run experiment waves on the queued patches (with --autopilot: the whole loop).
 
     First the baseline is measured against itself (it must show no difference; the noise floor is
     stored), then each wave measures up to PARALLEL patches against the current baseline, pair by
     pair, and keeps, discards or calls inconclusive. Winners are committed on autoresearch/<run>.
     Progress goes to stdout (stderr with --json, which prints the run's summary at the end).
+
+    With --autopilot (or autopilot.enabled) the run also researches: before the first wave and
+    whenever fewer candidates are ready than workers, it refreshes the miners and, with a model,
+    repairs patches that failed, ports those a winner made conflict, and proposes and patches new
+    hypotheses from what it has learnt. It stops on a stop condition (its stop_reason): the queue or
+    the ideas run out, a budget, --waves, --max-experiments, a plateau, or `autoresearch steer stop`.
 
     A new run starts from the original baseline (target.baseline_commit), or with --from-winners
     RUN from that run's head; it says which. With validation.required (what `init` writes), it
@@ -93,6 +113,9 @@ def cli(
         "build_timeout": build_timeout,
         "backend": backend,
         "name": name,
+        "autopilot": autopilot_on,
+        "model": model,
+        "api_base": api_base,
     }
     given = [f"--{k.replace('_', '-')}" for k, v in run_options.items() if v is not None]
     given += [flag for flag, on in (("--skip-self-test", skip_self_test), ("--no-final", no_final)) if on]
@@ -195,7 +218,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         if exp["kind"] == "candidate":
             counts[exp["status"]] = counts.get(exp["status"], 0) + 1
     shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no experiments"
-    click.echo(f"run {data['name']}: {data['status']}; {shown}")
+    stopped = f" ({data['stop_reason']})" if data.get("stop_reason") else ""
+    click.echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
     click.echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
     for exp in kept:
         click.echo(

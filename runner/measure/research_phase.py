@@ -1,0 +1,116 @@
+"""The autopilot's side of the loop: when to ask the research stage for candidates, and the
+plateau. The research itself (miners, the model, repairs, ports, novelty) is the research stage's,
+reached through `Research` (runner/measure/common.py), which runner.autopilot implements.
+
+A research phase is recorded as two events, `research_started` and `research_done` (with its
+report and cost); one that a kill cut short has no `research_done`, and the resumed run does it
+again under the same number, so the model calls whose answers were stored are not paid twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kb.db import one, rows, update
+from runner.measure.common import Stop
+from runner.measure.scheduler import Scheduler
+from runner.research_io import ResearchReport, ResearchRequest
+
+
+class Researching(Scheduler):
+    """The research phase and the plateau, between waves."""
+
+    def _runnable(self, limit: int) -> list[dict[str, Any]]:
+        from runner.hypotheses import runnable
+
+        found = runnable(self.db, require_approval=self._require_approval())
+        return found[:limit]
+
+    @property
+    def autopilot(self) -> bool:
+        chosen = self.options.autopilot
+        return bool(chosen) if chosen is not None else self.settings.autopilot.enabled
+
+    def _set_phase(self, phase: str | None) -> None:
+        update(self.db, "runs", self.run_id, {"phase": phase})
+
+    def _research_number(self) -> int:
+        """This run's next research phase: one more than those that finished."""
+        done = one(
+            self.db,
+            "SELECT count(*) AS n FROM events WHERE run_id = ? AND kind = 'research_done'",
+            [self.run_id],
+        )
+        return (done["n"] if done else 0) + 1
+
+    def _needs_research(self) -> bool:
+        """Before the first wave, and whenever fewer candidates are ready than workers."""
+        return (
+            self.autopilot
+            and self.research is not None
+            and len(self._runnable(self.parallel)) < self.parallel
+        )
+
+    def _research_phase(self) -> ResearchReport | None:
+        if not self._needs_research():
+            return None
+        assert self.research is not None
+        self._housekeeping()  # a pause or stop sent meanwhile is read first
+        number = self._research_number()
+        steering = self._steering()
+        last_wave = one(
+            self.db,
+            "SELECT id FROM waves WHERE run_id = ? AND status = 'finished' ORDER BY number DESC LIMIT 1",
+            [self.run_id],
+        )
+        waves_done = one(
+            self.db, "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status = 'finished'", [self.run_id]
+        )
+        request = ResearchRequest(
+            run_id=self.run_id,
+            phase=number,
+            want=max(1, self.parallel - len(self._runnable(self.parallel))),
+            waves_done=waves_done["n"] if waves_done else 0,
+            last_wave_id=last_wave["id"] if last_wave else None,
+            repairs=self.settings.autopilot.repairs,
+            model=self.options.model,
+            api_base=self.options.api_base,
+            require_approval=self._require_approval(),
+            focus=tuple(steering.get("focus") or ()),
+            avoid=tuple(steering.get("avoid") or ()),
+            explore=self.autopilot,
+            progress=self.progress,
+        )
+        self._set_phase("researching")
+        self._event("research_started", f"research phase {number}", data={"phase": number})
+        self._say(f"research phase {number}: looking for {request.want} new candidate(s)")
+        try:
+            report = self.research.research(self.ws, self.db, request)
+        except Exception as exc:  # the run matters more than one phase: go on with what is queued
+            report = ResearchReport(failures=[f"{type(exc).__name__}: {exc}"])
+        self._event(
+            "research_done",
+            f"research phase {number}: {report.line()}",
+            level="warning" if report.failures else "info",
+            data={"phase": number, **report.to_json()},
+        )
+        for failure in report.failures[:5]:
+            self._say(f"  research: {failure}")
+        self._say(f"research phase {number}: {report.line()}")
+        self._set_phase("measuring")
+        return report
+
+    def _plateau(self) -> Stop | None:
+        """autopilot.patience finished waves in a row without a keep."""
+        if not self.autopilot:
+            return None
+        patience = self.settings.autopilot.patience
+        waves: list[dict[str, Any]] = rows(
+            self.db,
+            "SELECT w.number, (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id "
+            "AND e.status = 'kept' AND e.kind = 'candidate') AS kept "
+            "FROM waves w WHERE w.run_id = ? AND w.status = 'finished' ORDER BY w.number DESC LIMIT ?",
+            [self.run_id, patience],
+        )
+        if len(waves) >= patience and not any(w["kept"] for w in waves):
+            return Stop("plateau", f"plateau: {patience} waves in a row without a keep")
+        return None

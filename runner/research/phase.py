@@ -1,0 +1,361 @@
+"""One research phase of the autopilot: what the loop calls when it needs candidates.
+
+In order, each step on its own (a failure is reported and the next step runs):
+1. the miners refresh (new fork commits, gaps): idempotent, so a phase done again adds nothing twice;
+2. with a model: repairs of this run's patches that did not apply, build or pass the checks (up to
+   `autopilot.repairs` attempts a hypothesis, each linked to the one it repairs), ports of patches a
+   winner made conflict, then new hypotheses from what the run has learnt (the results table, the
+   directions that failed, the steering notes, the post-mortems, the knowledge base), then patches
+   for those (and any hypothesis still waiting for one);
+3. novelty: a runnable patch that makes the same change as one measured before in this workspace
+   (kb/patchnorm.py) is marked a repeat and not run.
+
+Every model call carries a step key (`run<R>:...`): a phase cut short by a kill is done again on
+resume, and a call whose answer was stored is not made again (runner/llm.py). Hypotheses dedupe by
+their key, so none is generated twice either. Without a model, only the miners run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kb import gitrepo
+from kb.db import one, rows
+from kb.errors import UserError
+from kb.vocabulary import EXPERIMENT_FINAL
+from runner.hypotheses import mark_repeat, runnable
+from runner.research_io import ResearchReport, ResearchRequest
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from kb.workspace import Workspace
+    from runner.llm import LLMClient
+
+RESULTS_SHOWN = 40
+"""Rows of the results table in the research prompt (the newest)."""
+EXCERPT_LINES = 40
+"""The last lines of a failing build or check handed to the repair."""
+REPAIRABLE = {("crashed", "does_not_apply"): "does_not_apply", ("crashed", "build"): "build"}
+
+
+def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchRequest) -> ResearchReport:
+    report = ResearchReport()
+    say = req.progress or (lambda _line: None)
+    first_call = _last_call_id(db)
+    if req.explore:
+        _mine(ws, db, report)
+    settings = ws.settings
+    if req.model or settings.llm.model:
+        from runner.llm import LLMError, client_for
+
+        client = client_for(db, settings.llm, model=req.model, api_base=req.api_base, run_id=req.run_id)
+        head = _run_head(ws, db, req.run_id)
+        steps = (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
+        for step in steps:
+            try:
+                step(ws, db, client, req, head, report, say)
+            except (LLMError, UserError) as exc:  # BudgetExceeded too: the later steps need the model
+                report.failures.append(f"{step.__name__.strip('_')}: {exc}")
+                if type(exc).__name__ == "BudgetExceeded":
+                    break
+    report.repeats += _mark_repeats(db, req)
+    calls = rows(
+        db,
+        "SELECT id, cost_usd FROM llm_calls WHERE id > ? AND run_id = ? ORDER BY id",
+        [first_call, req.run_id],
+    )
+    report.call_ids = [c["id"] for c in calls]
+    report.cost_usd = sum(float(c["cost_usd"] or 0.0) for c in calls)
+    return report
+
+
+def _last_call_id(db: sqlite_utils.Database) -> int:
+    row = one(db, "SELECT coalesce(max(id), 0) AS n FROM llm_calls")
+    return int(row["n"]) if row else 0
+
+
+def _run_head(ws: Workspace, db: sqlite_utils.Database, run_id: int) -> str:
+    """The baseline the next wave measures against: the run branch's head (winners included)."""
+    run = one(db, "SELECT branch, baseline_commit FROM runs WHERE id = ?", [run_id])
+    if run is None:
+        raise UserError(f"run {run_id}: no such run")
+    repo = gitrepo.open_repo(ws.mirror_path)
+    return gitrepo.branch_head(repo, run["branch"]) or str(run["baseline_commit"])
+
+
+def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport) -> None:
+    from runner.research.miners import mine
+
+    try:
+        mined = mine(ws, db)
+    except UserError as exc:
+        report.failures.append(f"miners: {exc}")
+        return
+    report.mined = len(mined.gap_added) + len(mined.fork_added)
+
+
+# --- repairs and ports ------------------------------------------------------------------------------
+
+
+def _attempts(db: sqlite_utils.Database, patch_id: int) -> int:
+    """How many repairs led to this patch (the repair_of chain's length)."""
+    depth, cursor = 0, patch_id
+    while True:
+        row = one(db, "SELECT repair_of FROM patches WHERE id = ?", [cursor])
+        if row is None or row["repair_of"] is None:
+            return depth
+        depth, cursor = depth + 1, int(row["repair_of"])
+
+
+def _tail(path: str | None, lines: int = EXCERPT_LINES) -> str:
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def failure_excerpt(exp: dict[str, Any], stage: str) -> str:
+    """What the model needs to repair: git's apply error, the candidate's build log's last lines,
+    or the checks' last lines (the step logs the runner split out of the batch log)."""
+    from runner.record.history import parse_json
+
+    meta = parse_json(exp["meta"]) or {}
+    logs = meta.get("logs") or {}
+    detail = str(meta.get("detail") or "")
+    if stage == "does_not_apply":
+        return detail
+    wanted = ("build-B", "build-A") if stage == "build" else ("checks",)
+    for name in wanted:
+        text = _tail(logs.get(name))
+        if text:
+            return text
+    batch = sorted(k for k in logs if k.startswith("batch-"))
+    return _tail(logs[batch[-1]]) if batch else detail
+
+
+def _repairable(db: sqlite_utils.Database, req: ResearchRequest) -> list[tuple[dict[str, Any], str]]:
+    found = []
+    for exp in rows(
+        db,
+        "SELECT e.*, h.status AS hypothesis_status FROM experiments e "
+        "JOIN hypotheses h ON h.id = e.hypothesis_id "
+        "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.patch_id IS NOT NULL "
+        "AND (e.status = 'checks_failed' "
+        "OR (e.status = 'crashed' AND e.reason IN ('does_not_apply', 'build'))) "
+        # only the hypothesis's latest patch: one already repaired has a newer one
+        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) "
+        "AND h.status NOT IN ('rejected', 'unpatchable', 'needs_port') AND h.repeat_of IS NULL "
+        "ORDER BY e.id",
+        [req.run_id],
+    ):
+        stage = "checks" if exp["status"] == "checks_failed" else REPAIRABLE[(exp["status"], exp["reason"])]
+        if _attempts(db, int(exp["patch_id"])) < req.repairs:
+            found.append((exp, stage))
+    return found
+
+
+def _repairs(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    client: LLMClient,
+    req: ResearchRequest,
+    head: str,
+    report: ResearchReport,
+    say: Any,
+) -> None:
+    from runner.research.patch_writer import Repair, write_patch
+
+    for exp, stage in _repairable(db, req):
+        repair = Repair(int(exp["patch_id"]), int(exp["id"]), stage, failure_excerpt(exp, stage))
+        outcome = write_patch(
+            ws,
+            db,
+            client,
+            int(exp["hypothesis_id"]),
+            baseline=head,
+            repair=repair,
+            step=f"run{req.run_id}:repair:e{exp['id']}",
+        )
+        if outcome.status == "patched":
+            report.repaired += 1
+            say(f"  repaired exp {exp['id']} ({stage}) as patch {outcome.patch_id}")
+        else:
+            report.failures.append(f"repair of exp {exp['id']} ({stage}): {outcome.reason}")
+
+
+def _ports(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    client: LLMClient,
+    req: ResearchRequest,
+    head: str,
+    report: ResearchReport,
+    say: Any,
+) -> None:
+    """Candidates a winner made conflict (the runner's `conflict`): the same change, ported onto
+    the new baseline, as a new patch linked to the experiment."""
+    from runner.research.patch_writer import write_patch
+
+    for exp in rows(
+        db,
+        "SELECT e.* FROM experiments e JOIN hypotheses h ON h.id = e.hypothesis_id "
+        "WHERE e.run_id = ? AND e.status = 'conflict' AND h.status = 'needs_port' "
+        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) ORDER BY e.id",
+        [req.run_id],
+    ):
+        outcome = write_patch(
+            ws,
+            db,
+            client,
+            int(exp["hypothesis_id"]),
+            baseline=head,
+            from_experiment=int(exp["id"]),
+            step=f"run{req.run_id}:port:e{exp['id']}",
+        )
+        if outcome.status == "patched":
+            report.ported += 1
+            say(f"  ported exp {exp['id']} onto {head[:12]} as patch {outcome.patch_id}")
+        else:
+            report.failures.append(f"port of exp {exp['id']}: {outcome.reason or outcome.status}")
+
+
+# --- new hypotheses ----------------------------------------------------------------------------------
+
+
+def results_table(db: sqlite_utils.Database, limit: int = RESULTS_SHOWN) -> str:
+    """Everything measured in this workspace (the newest `limit`): effect, interval, status, why."""
+    from runner.record.history import parse_json
+
+    found = rows(
+        db,
+        "SELECT e.id, e.hypothesis_id, e.title, e.status, e.reason, e.meta, d.effect, d.ci_low, d.ci_high, "
+        "d.pairs FROM experiments e LEFT JOIN decisions d ON d.id = (SELECT id FROM decisions "
+        "WHERE experiment_id = e.id ORDER BY origin = 'runner' DESC, is_final DESC, id DESC LIMIT 1) "
+        "WHERE e.kind = 'candidate' AND e.status NOT IN ('queued', 'running', 'cancelled', 'lost') "
+        "ORDER BY e.id DESC LIMIT ?",
+        [limit],
+    )
+    if not found:
+        return "Results so far: nothing measured yet."
+    lines = ["Results so far (hypothesis, experiment, status, effect [95% interval], why):"]
+    for r in reversed(found):
+        effect = (
+            f"{r['effect']:+.1%} [{r['ci_low']:+.1%}, {r['ci_high']:+.1%}] over {r['pairs']} pairs"
+            if r["effect"] is not None and r["ci_low"] is not None and r["ci_high"] is not None
+            else "no effect measured"
+        )
+        detail = str((parse_json(r["meta"]) or {}).get("detail") or "")
+        why = "; ".join(x for x in (r["reason"] or "", detail[:160]) if x)
+        lines.append(
+            f"  #{r['hypothesis_id']} exp {r['id']} {r['title']!r}: {r['status']}, {effect}"
+            + (f" ({why})" if why else "")
+        )
+    return "\n".join(lines)
+
+
+def learnt(db: sqlite_utils.Database, req: ResearchRequest) -> str:
+    parts = [results_table(db)]
+    if req.avoid:
+        parts.append("The engineer asks to avoid: " + "; ".join(req.avoid))
+    parts.append(
+        "Directions whose ideas were discarded or stayed within the noise floor are exhausted: say so "
+        "in the rationale and change direction (e.g. from compute micro-tuning to cutting memory "
+        "traffic when the post-mortems say the workload is memory-bound)."
+    )
+    return "\n\n".join(parts)
+
+
+def _generate(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    client: LLMClient,
+    req: ResearchRequest,
+    head: str,
+    report: ResearchReport,
+    say: Any,
+) -> None:
+    from runner.hypotheses import set_status
+    from runner.research.generate import generate
+
+    if len(runnable(db, require_approval=req.require_approval)) >= req.want:
+        return  # the miners, repairs and ports found enough
+    made = generate(
+        ws,
+        db,
+        client,
+        n=min(20, max(2, 2 * req.want)),
+        focus="; ".join(req.focus) or None,
+        learnt=learnt(db, req),
+        step=f"run{req.run_id}:research{req.phase}",
+        wave_id=req.last_wave_id,
+    )
+    report.generated += len(made.added)
+    report.repeats += len(made.repeats)
+    if not req.require_approval:
+        for hid in made.added:  # the autopilot approves its own ideas unless a person must
+            set_status(db, hid, "approved")
+    say(
+        f"  generated {len(made.added)} hypotheses"
+        + (f" ({len(made.repeats)} repeats of ideas tried)" if made.repeats else "")
+        + (f", {len(made.rejected)} rejected" if made.rejected else "")
+    )
+
+
+def _patches(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    client: LLMClient,
+    req: ResearchRequest,
+    head: str,
+    report: ResearchReport,
+    say: Any,
+) -> None:
+    """Patches for hypotheses waiting for one, in queue order, until enough candidates are ready
+    (a queue of thousands of mined hypotheses is not patched in one phase)."""
+    from runner.research.patch_writer import pending, write_patch
+
+    waiting = pending(db, ws.settings, require_approval=req.require_approval)
+    for hid in waiting[: req.want + 2]:
+        if len(runnable(db, require_approval=req.require_approval)) >= req.want:
+            return
+        outcome = write_patch(ws, db, client, hid, baseline=head, step=f"run{req.run_id}:patch:h{hid}")
+        if outcome.status == "patched":
+            report.patched += 1
+        elif outcome.status != "skipped":
+            report.failures.append(f"patch for #{hid}: {outcome.reason or outcome.status}")
+
+
+# --- novelty -----------------------------------------------------------------------------------------
+
+
+def _mark_repeats(db: sqlite_utils.Database, req: ResearchRequest) -> int:
+    """Runnable patches that make a change measured before here are not run again."""
+    measured = tuple(s for s in EXPERIMENT_FINAL if s not in ("cancelled", "lost"))
+    marks = ", ".join("?" for _ in measured)
+    count = 0
+    for patch in runnable(db, require_approval=req.require_approval):
+        if not patch["norm_sha"]:
+            continue
+        twin = one(
+            db,
+            f"SELECT p.hypothesis_id, e.id AS experiment_id, e.status FROM patches p "
+            f"JOIN experiments e ON e.patch_id = p.id WHERE p.norm_sha = ? AND p.id != ? "
+            f"AND e.kind = 'candidate' AND e.status IN ({marks}) ORDER BY e.id LIMIT 1",
+            [patch["norm_sha"], patch["id"], *measured],
+        )
+        if twin is None:
+            continue
+        mark_repeat(
+            db,
+            int(patch["hypothesis_id"]),
+            int(twin["hypothesis_id"]),
+            f"patch {patch['id']} makes the change experiment {twin['experiment_id']} measured "
+            f"({twin['status']})",
+        )
+        count += 1
+    return count
