@@ -1,5 +1,13 @@
 """`autoresearch validate`: build, benchmark and checks tried on the baseline, with advice.
 
+- `model`: the records: `Measurement` (steps, calls, samples) and `Report` (findings, figures).
+- `fingerprint`: what a measurement depends on, and what changed since.
+- `jobs`: `measure`: the baseline checked out, the template's two jobs run as the local fleet does.
+- `judge`: `evaluate`: per-metric figures, problems and advice under the current settings.
+- `parsing`: the parse cross-check of a scaffolded benchmark's regex.
+- `advice`: noise, parallelism and timeout advice with numbers.
+- `store`: validation.json (`save`, `load`) and the `gate` a run checks before it starts.
+
     measurement = measure(ws, calls=4, progress=print)   # runs the template's jobs on the baseline
     report = evaluate(measurement, ws.settings)           # problems and advice, with numbers
     save(ws, measurement, report)                         # validation.json in the workspace
@@ -16,14 +24,6 @@ with a fingerprint of what it depends on: the baseline, the build command, the e
 scripts and the template. `run` refuses to start when the fingerprint no longer matches (validate
 again) or when the stored measurement, judged under the *current* settings, has problems: so
 raising `policy.min_effect` or lowering `fleet.parallel` needs no new measurement.
-
-- `model`: the records: `Measurement` (steps, calls, samples) and `Report` (findings, figures).
-- `fingerprint`: what a measurement depends on, and what changed since.
-- `jobs`: `measure`: the baseline checked out, the template's two jobs run as the local fleet does.
-- `judge`: `evaluate`: per-metric figures, problems and advice under the current settings.
-- `parsing`: the parse cross-check of a scaffolded benchmark's regex.
-- `advice`: noise, parallelism and timeout advice with numbers.
-- `store`: validation.json (`save`, `load`) and the `gate` a run checks before it starts.
 """
 
 from __future__ import annotations
