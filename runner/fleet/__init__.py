@@ -1,7 +1,7 @@
 """Fleets run experiment batches: `local` (processes on this machine) or `skypilot` (clusters).
 
-`make_fleet` picks the backend by name; the SkyPilot backend lives in runner/fleet/skypilot.py and
-is imported only when asked for (it imports `sky`).
+`make_fleet` picks the backend by name; the SkyPilot backend lives in runner/fleet/skypilot/
+and is imported only when asked for (its `sdk` module imports `sky`, on first use).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -53,3 +54,35 @@ def test_tui_package_never_imports_litellm_or_sky() -> None:
     code = "\n".join(f"import {m}" for m in modules if not m.endswith("__main__"))
     loaded = loaded_after(code)
     assert not {m for m in loaded if m.split(".")[0] in ("litellm", "sky")}
+
+
+SKYPILOT = ROOT / "runner" / "fleet" / "skypilot"
+
+
+def sky_importers(package: Path) -> set[str]:
+    """The modules of a package with `import sky...` or `from sky... import` anywhere (functions too)."""
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            if any(n == "sky" or n.startswith("sky.") for n in names):
+                found.add(path.relative_to(package).as_posix())
+    return found
+
+
+def test_only_the_sdk_adapter_imports_sky() -> None:
+    # `import sky` takes seconds and SkyPilot's telemetry must be off first: one module does it.
+    assert sky_importers(SKYPILOT) == {"sdk.py"}
+
+
+def test_the_sky_import_rule_catches_a_stray_import(tmp_path: Path) -> None:
+    (tmp_path / "sdk.py").write_text("def f():\n    import sky\n", encoding="utf-8")
+    (tmp_path / "jobs.py").write_text("def g():\n    from sky.utils import common\n", encoding="utf-8")
+    (tmp_path / "tasks.py").write_text("import skypilot_like\nfrom . import sdk\n", encoding="utf-8")
+    assert sky_importers(tmp_path) == {"sdk.py", "jobs.py"}

@@ -1,7 +1,7 @@
 """`autoresearch fleet status|down`: the workers of runs (local slots, SkyPilot clusters) and their cost.
 
 `status` reads the database only (add --refresh to ask SkyPilot about each cluster); `down` tears
-SkyPilot clusters down through runner/fleet/skypilot.py, the one module that imports `sky`.
+SkyPilot clusters down through runner/fleet/skypilot/ (whose `sdk` is the one module that imports `sky`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,82 @@
+"""Costs: a worker's price per hour times the time since its launch (workers.cost_usd), what an
+experiment's jobs held their cluster for (experiments.cost_usd), SkyPilot's cost report where it
+knows better, and the run's `budget.usd` (VM and LLM cost together) that stops new launches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kb.db import now, one, rows, update
+from runner.fleet.base import _meta
+from runner.fleet.skypilot import sdk
+from runner.fleet.skypilot.state import LIVE, SkyPilotState
+
+
+def worker_cost(row: dict[str, Any], meta: dict[str, Any]) -> float | None:
+    """The price per hour times the hours from launch to teardown (or now); None when unknown."""
+    price, start = row["price_per_hour"], meta.get("launched_at")
+    if price is None or start is None:
+        return None
+    end = meta.get("torn_down_at") or (
+        None if row["status"] in LIVE or meta.get("teardown") == "pending" else row["ended_at"]
+    )
+    seconds = max(0.0, float(end or now()) - float(start))
+    return float(price) * seconds / 3600
+
+
+class CostsMixin(SkyPilotState):
+    def _costs(self) -> None:
+        """workers.cost_usd = price per hour x hours since launch (until torn down)."""
+        for row in rows(
+            self.db,
+            "SELECT id, status, meta, price_per_hour, cost_usd, ended_at FROM workers WHERE run_id = ? "
+            "AND backend = ?",
+            [self.run_id, self.backend],
+        ):
+            meta = _meta(row["meta"])
+            cost = worker_cost(row, meta)
+            if cost is not None and abs(cost - float(row["cost_usd"] or 0)) > 1e-9:
+                update(self.db, "workers", row["id"], {"cost_usd": cost})
+
+    def _reconcile_costs(self) -> None:
+        """Where SkyPilot's cost report knows a cluster's cost, it replaces the estimate."""
+        names = {
+            r["name"]: r["id"]
+            for r in rows(
+                self.db,
+                "SELECT id, name FROM workers WHERE run_id = ? AND backend = ? "
+                "AND json_extract(meta, '$.launched_at') IS NOT NULL",
+                [self.run_id, self.backend],
+            )
+        }
+        if not names or self.conf.price_per_hour is not None:
+            return
+        sdk.sky_module()  # SkyPilot missing is a UserError, not a missing report
+        try:
+            report = sdk.cost_report(days=30)
+        except Exception:  # noqa: BLE001 - the estimate stays
+            return
+        for entry in report:
+            total = entry.get("total_cost")
+            if entry.get("name") in names and isinstance(total, int | float) and total > 0:
+                update(self.db, "workers", names[entry["name"]], {"cost_usd": float(total)})
+
+    def _charge(self, worker_id: int, experiment_id: int | None, seconds: float) -> None:
+        """The experiment pays for the seconds its job held the worker."""
+        row = one(self.db, "SELECT price_per_hour FROM workers WHERE id = ?", [worker_id])
+        price = row["price_per_hour"] if row else None
+        if price and experiment_id is not None:
+            self.db.execute(
+                "UPDATE experiments SET cost_usd = cost_usd + ? WHERE id = ?",
+                [float(price) * seconds / 3600, experiment_id],
+            )
+
+    def _budget_spent(self) -> bool:
+        run = one(self.db, "SELECT budget FROM runs WHERE id = ?", [self.run_id])
+        usd = _meta(run["budget"] if run else None).get("usd")
+        if usd is None:
+            return False
+        llm = one(
+            self.db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM llm_calls WHERE run_id = ?", [self.run_id]
+        )
+        return self.cost_usd() + (float(llm["c"]) if llm else 0.0) >= float(usd)

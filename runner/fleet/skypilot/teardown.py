@@ -1,0 +1,109 @@
+"""Teardown: workers that failed or were lost, `sky.down` requests sent and checked on later ticks,
+clusters of runs nobody drives any more, and the clusters a restart no longer finds."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kb.db import log_event, now, one, rows
+from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
+from runner.fleet.base import Worker, _meta
+from runner.fleet.skypilot import sdk
+from runner.fleet.skypilot.state import LIVE, TICK_SECONDS, SkyPilotState, placeholders
+
+DOWN_WAIT_SECONDS = 900.0
+
+
+class TeardownMixin(SkyPilotState):
+    def _verify(self, workers: list[Worker]) -> None:
+        """After a restart: recorded clusters that SkyPilot no longer has are lost."""
+        launched = [w for w in workers if w.status in ("qualifying", "ready", "busy")]
+        if not launched:
+            return
+        records = sdk.clusters([w.name for w in launched], refresh=False)
+        up = {r["name"] for r in records if sdk.status_value(r["status"]) in ("UP", "INIT")}
+        for worker in launched:
+            if worker.name not in up:
+                self._lose_worker(worker.id, "the cluster is gone (found missing on restart)")
+
+    def _fail(self, worker_id: int, reason: str) -> None:
+        if self._is_live(worker_id):
+            self._teardown(worker_id, "failed", reason)
+            self._event("worker_failed", f"{self._name(worker_id)}: {reason}; downed", level="warning")
+
+    def _lose_worker(self, worker_id: int, reason: str) -> None:
+        if self._is_live(worker_id):  # several jobs and checks may notice the same loss
+            self._teardown(worker_id, "lost", reason)
+            self._event("worker_lost", f"{self._name(worker_id)}: lost ({reason})", level="warning")
+
+    def _teardown(self, worker_id: int, status: str, reason: str) -> None:
+        """Mark the worker over and send the down request (checked by later ticks)."""
+        row = one(self.db, "SELECT * FROM workers WHERE id = ?", [worker_id])
+        if row is None:
+            return
+        meta = _meta(row["meta"])
+        cluster = str(meta.get("cluster") or row["name"])
+        changes: dict[str, Any] = {"reason": reason, "phase": status}
+        if row["status"] in LIVE:
+            changes["status"] = status
+        if meta.get("launched_at") is None:  # never launched: nothing to tear down
+            self._update_worker(worker_id, **changes, teardown="done", torn_down_at=now())
+            return
+        launch = meta.get("launch_request")
+        if launch and sdk.request_status(str(launch)) not in sdk.REQUEST_DONE:
+            sdk.cancel_request(str(launch))
+        try:
+            request = sdk.down(cluster)
+        except Exception as exc:  # noqa: BLE001 - retried by `autoresearch fleet down`
+            self._update_worker(worker_id, **changes, teardown=f"failed: {sdk.error_line(exc)}")
+            return
+        self._update_worker(worker_id, **changes, teardown="pending", down_request=request)
+
+    def _pending_teardowns(self) -> list[dict[str, Any]]:
+        return rows(
+            self.db,
+            "SELECT * FROM workers WHERE backend = ? AND json_extract(meta, '$.teardown') = 'pending' "
+            "ORDER BY id",
+            [self.backend],
+        )
+
+    def _check_teardowns(self) -> None:
+        for row in self._pending_teardowns():
+            meta = _meta(row["meta"])
+            request = str(meta.get("down_request"))
+            state = sdk.request_status(request)
+            if state not in sdk.REQUEST_DONE and state != "MISSING":
+                continue
+            outcome = sdk.down_outcome(request)
+            self._update_worker(row["id"], teardown=outcome, torn_down_at=now(), phase=row["status"])
+            ok = outcome == "done"
+            log_event(
+                self.db,
+                "worker_down" if ok else "worker_down_failed",
+                f"{row['name']}: down ({meta.get('reason') or row['status']})"
+                if ok
+                else f"{row['name']}: down {outcome}",
+                level="info" if ok else "error",
+                run_id=row["run_id"],
+            )
+
+    def _wait_teardowns(self, timeout: float) -> None:
+        """Block until SkyPilot confirms every pending down (or the time is up)."""
+        deadline = time.monotonic() + timeout
+        self._check_teardowns()
+        while self._pending_teardowns() and time.monotonic() < deadline:
+            time.sleep(TICK_SECONDS)
+            self._check_teardowns()
+
+    def _down_orphans(self) -> None:
+        """Clusters recorded for runs that nobody drives any more are downed."""
+        for row in rows(
+            self.db,
+            "SELECT w.id, w.run_id FROM workers w LEFT JOIN runs r ON r.id = w.run_id "
+            f"WHERE w.backend = ? AND w.status IN ({placeholders(LIVE)}) "
+            "AND (w.run_id IS NULL OR w.run_id != ?) AND (r.id IS NULL "
+            f"OR r.status NOT IN ({placeholders(RUN_LIVE)}) OR r.heartbeat_at IS NULL OR r.heartbeat_at < ?)",
+            [self.backend, *LIVE, self.run_id, *RUN_LIVE, now() - STALE_HEARTBEAT],
+        ):
+            self._teardown(row["id"], "down", f"its run {row['run_id']} is not live")
