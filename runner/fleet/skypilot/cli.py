@@ -10,7 +10,6 @@ from typing import Any
 import sqlite_utils
 
 from kb.db import now, one, rows, update
-from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.state import LIVE, placeholders
@@ -19,9 +18,9 @@ from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS
 
 def run_is_live(run: dict[str, Any] | None) -> bool:
     """A run someone drives: running or paused, with a fresh heartbeat."""
-    if run is None or run["status"] not in RUN_LIVE:
-        return False
-    return run["heartbeat_at"] is not None and now() - float(run["heartbeat_at"]) < STALE_HEARTBEAT
+    from kb.store.runs import run_live
+
+    return run is not None and run_live(run["status"], run["heartbeat_at"], now())
 
 
 def down_workers(

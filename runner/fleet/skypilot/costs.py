@@ -76,7 +76,6 @@ class CostsMixin(SkyPilotState):
         usd = _meta(run["budget"] if run else None).get("usd")
         if usd is None:
             return False
-        llm = one(
-            self.db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM llm_calls WHERE run_id = ?", [self.run_id]
-        )
-        return self.cost_usd() + (float(llm["c"]) if llm else 0.0) >= float(usd)
+        from kb.store.runs import dollars_spent
+
+        return dollars_spent(self.db, self.run_id, self.cost_usd()) >= float(usd)

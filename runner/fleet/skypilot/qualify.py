@@ -120,28 +120,22 @@ class QualifyMixin(TeardownMixin):
         return tree
 
     def _envs(self, nonce: str) -> dict[str, Any]:
-        """The qualification job's envs: what runner/measure/loop.py gives a batch, the baseline twice."""
-        from runner.harness.prepare import A_DIR, B_DIR, resolve_scripts
-        from runner.harness.sandbox import sandbox_envs
+        """The qualification job's envs: what a batch of the runner gets (runner/harness/batch.py),
+        with the baseline in both trees."""
+        from runner.harness.batch import Timeouts, batch_envs
+        from runner.harness.prepare import resolve_scripts
 
-        s, opts = self.settings, self._run_options()
-        scripts = resolve_scripts(self.ws, s)
-        return {
-            **s.target.env,
-            "EXPERIMENT_ID": "0",
-            "EXPERIMENT_DESC": "worker qualification: the baseline against itself",
-            "BUILD_CMD": s.target.build_cmd,
-            "BUILD_TIMEOUT": opts.get("build_timeout") or s.timeouts.build,
-            "BENCH_TIMEOUT": opts.get("bench_timeout") or s.timeouts.bench,
-            "CHECK_TIMEOUT": opts.get("check_timeout") or s.timeouts.check,
-            "BENCH_SCRIPT": scripts.bench.path,
-            "CHECKS_SCRIPT": scripts.checks.path,
-            "A_DIR": A_DIR,
-            "B_DIR": B_DIR,
-            "BATCH": 0,
-            "PAIR_START": 0,
-            "PAIRS": self.conf.qualify_pairs,
-            "RUN_CHECKS": 0,
-            "AUTORESEARCH_NONCE": nonce,
-            **sandbox_envs(self.ws),
-        }
+        s = self.settings
+        return batch_envs(
+            self.ws,
+            s,
+            resolve_scripts(self.ws, s),
+            Timeouts.of(s, self._run_options()),
+            experiment_id=0,
+            title="worker qualification: the baseline against itself",
+            batch=0,
+            pair_start=0,
+            pairs=self.conf.qualify_pairs,
+            run_checks=False,
+            nonce=nonce,
+        )
