@@ -31,6 +31,8 @@ class LlmCall:
     run_id: int | None
     hypothesis_id: int | None
     created_at: float
+    step: str | None = None
+    """The autopilot's step key (m010): a resumed research phase reuses the stored answer."""
 
 
 @dataclass(frozen=True)

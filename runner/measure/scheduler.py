@@ -171,7 +171,8 @@ class Scheduler(Steering):
         winner = self._winner_in_the_way(written_for, baseline, merged.conflicts)
         reason = f"conflicts with {winner}" if winner else "conflicts with the winners since its baseline"
         where = f" in {', '.join(merged.conflicts[:5])}" if merged.conflicts else ""
-        detail = f"{reason}{where}: {(merged.error or error).strip().splitlines()[-1][:300]}"
+        said = (merged.error or error).strip().splitlines()
+        detail = f"a three-way merge{where or ''} failed" + (f": {said[-1][:300]}" if said else "")
         with transaction(self.db):
             mark_conflict(self.db, patch["id"], f"{reason}{where}\n{merged.error or error}")
             self._finish_experiment(exp_id, "conflict", reason[:200], detail=detail, cleanup=False)
