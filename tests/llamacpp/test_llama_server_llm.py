@@ -177,3 +177,26 @@ def test_cut_off_answers_fail_cleanly(served: tuple[Path, Settings, str]) -> Non
     assert all("cut off at the token limit (6)" in c["error"] for c in calls)
     assert all(c["output_tokens"] <= 6 for c in calls)
     assert _query(ws, "SELECT count(*) AS n FROM hypotheses")[0]["n"] == before
+
+
+def test_one_autopilot_wave_against_llama_server(served: tuple[Path, Settings, str]) -> None:
+    """The whole loop with a real (tiny) model: it may propose nothing valid; the run must say so
+    in its research phase's record and end with a stop reason, not hang or fail."""
+    ws, _, api_base = served
+    _set_max_tokens(ws, 2048)
+    result = _cli(
+        ws, "run", "--autopilot", "--waves", "1", "--model", MODEL, "--api-base", api_base,
+        "--skip-self-test", "--no-final", "--skip-validate", "--json",
+    )  # fmt: skip
+    print(f"\nrun --autopilot: exit {result.returncode}\n{result.stderr[-3000:]}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = _query(ws, "SELECT * FROM runs ORDER BY id DESC LIMIT 1")[0]
+    assert run["status"] == "finished" and run["stop_reason"] in ("waves", "no_hypotheses", "plateau")
+    phases = _query(
+        ws, "SELECT message, data FROM events WHERE kind = 'research_done' AND run_id = ?", run["id"]
+    )
+    assert phases, "no research phase recorded"
+    report = json.loads(phases[0]["data"])
+    assert report["call_ids"], "the research phase made no model call"
+    if run["stop_reason"] == "no_hypotheses":
+        assert report["generated"] == 0 or report["failures"], phases[0]["message"]

@@ -27,7 +27,7 @@ from kb.workspace import Workspace
 
 Item = str | dict[str, Any]
 """A reply: the assistant's text, or {"status": 429|500, "delay": seconds, "content": text,
-"finish_reason": "length"}."""
+"finish_reason": "length", "usage": {"prompt_tokens": N, "completion_tokens": M, ...}}."""
 
 
 @dataclass
@@ -94,7 +94,9 @@ class ScriptedLLM:
                                 "message": {"role": "assistant", "content": content},
                             }
                         ],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+                        "usage": spec.get(
+                            "usage", {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}
+                        ),
                     }
                 data = json.dumps(payload).encode()
                 try:
