@@ -33,6 +33,8 @@ class ResearchRequest:
     focus: tuple[str, ...] = ()
     avoid: tuple[str, ...] = ()
     progress: Callable[[str], None] | None = None
+    on_phase: Callable[[str], None] | None = None
+    """Told `researching` or `patching` as the phase moves on (the loop records it on the run)."""
 
 
 @dataclass

@@ -79,6 +79,7 @@ class Researching(Scheduler):
             avoid=tuple(steering.get("avoid") or ()),
             explore=self.autopilot,
             progress=self.progress,
+            on_phase=self._set_phase,
         )
         self._set_phase("researching")
         self._event("research_started", f"research phase {number}", data={"phase": number})

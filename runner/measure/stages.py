@@ -237,6 +237,7 @@ class Stages(Researching):
         is configured, else a plain summary). A failed reflection never stops the run."""
         if self.research is None:
             return
+        self._set_phase("reflecting")
         try:
             note = self.research.after_wave(self.ws, self.db, wave["id"])
         except Exception as exc:  # the run matters more than its diary

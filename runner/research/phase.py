@@ -54,6 +54,8 @@ def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchReques
         head = _run_head(ws, db, req.run_id)
         steps = (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
         for step in steps:
+            if req.on_phase is not None:
+                req.on_phase("researching" if step is _generate else "patching")
             try:
                 step(ws, db, client, req, head, report, say)
             except (LLMError, UserError) as exc:  # BudgetExceeded too: the later steps need the model

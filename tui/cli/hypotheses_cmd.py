@@ -410,6 +410,10 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
         return
     outcome = f", outcome {h['outcome']}" if h["outcome"] else ""  # the latest experiment's status
     click.echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
+    if h.get("repeat_of"):
+        click.echo(f"a repeat of #{h['repeat_of']}: already measured here, not run again")
+    if h.get("wave_id"):
+        click.echo(f"proposed after the post-mortem of wave {h['wave_id']} (wave id)")
     effect = "?" if h["expected_effect"] is None else f"{h['expected_effect']:+.1%}"
     who = " (set by a person: it orders the queue before the rank)" if h["priority_set"] else ""
     click.echo(
