@@ -560,7 +560,7 @@ def _generate(
 
 def _outcomes(db: sqlite_utils.Database, summary: dict[str, Any]) -> tuple[list[Outcome], list[Outcome]]:
     from kb.db import one
-    from runner.record.winners import source_details, source_refs
+    from runner.record.sources import source_details, source_refs
 
     winners = {w["experiment_id"]: w for w in summary["winners"]}
     kept: list[Outcome] = []
@@ -625,7 +625,7 @@ def _reading(db: sqlite_utils.Database, title: str) -> list[str]:
 def _waiting(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Hypotheses that never reached an experiment, with why."""
     from kb.db import rows
-    from runner.record.winners import source_refs
+    from runner.record.sources import source_refs
 
     found = rows(
         db,
