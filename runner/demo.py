@@ -22,7 +22,7 @@ The demo's policy is sized for the demo's effects, not for llama.cpp: the real c
 throughput by 20-35% and the benchmark's noise is 2-5% per pair (CPU time; three samples per
 invocation, BENCH_REPS=3 and BENCH_ITERS=3, each side of a pair their median). A first look at 12
 pairs, then batches of 8 up to 32, decides a +25% change and a -18% one at the first or second look
-(runner/stats.py says what each look costs), and a minimum effect of 2% lets a neutral change be
+(runner/stats/ says what each look costs), and a minimum effect of 2% lets a neutral change be
 discarded before the cap when the noise allows. Nothing here knows which patch is which: decisions
 come from the measurements of the code.
 """
