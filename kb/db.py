@@ -14,23 +14,20 @@ import json
 import os
 import sqlite3
 import stat
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
+# The bottom layer, which kb.migrations builds on too; re-exported because every caller knows them from here.
+from kb.dbtx import now as now
+from kb.dbtx import transaction as transaction
 from kb.errors import UserError
+from kb.migrations import migrate
 
 BUSY_TIMEOUT_MS = 30_000
 DB_NAME = "autoresearch.db"
-
-
-def now() -> float:
-    """Timestamps are Unix seconds (REAL) everywhere in the schema."""
-    return time.time()
 
 
 def connect(
@@ -80,8 +77,6 @@ def connect(
         conn.close()
         raise
     if migrate_schema and not readonly:
-        from kb.migrations import migrate
-
         migrate(db)
     return db
 
@@ -127,30 +122,6 @@ def explain_error(exc: sqlite3.Error, path: Path) -> str:
     if "disk is full" in text or "disk I/O" in text:
         return f"{path}: {text} (check the disk holding the workspace)"
     return f"{path}: {text}"
-
-
-@contextmanager
-def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
-    """All-or-nothing writes. Nested use becomes a savepoint."""
-    conn = db.conn
-    if conn.in_transaction:
-        name = f"sp_{id(object())}"
-        conn.execute(f"SAVEPOINT {name}")
-        try:
-            yield db
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
-            raise
-        conn.execute(f"RELEASE {name}")
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _encode(value: Any) -> Any:

@@ -3,7 +3,7 @@
 A path on the command line can be anything: a FIFO (reading blocks until a writer comes, forever),
 /dev/zero or /dev/urandom (never end, and stat says size 0, so a size check before reading passes),
 a folder, a socket. Every file the product reads on a user's behalf goes through here.
-Stdlib only: kb.errors and the console's start-up path may import it.
+Stdlib and kb.errors only: the console's start-up path may import it.
 """
 
 from __future__ import annotations
@@ -61,3 +61,13 @@ def read_regular_file(path: Path, *, max_bytes: int, label: str | None = None) -
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+def read_text(path: Path, *, max_bytes: int | None = None) -> str:
+    """A UTF-8 text file the user named; a missing, undecodable or unreadable one, or one that is not
+    a regular file (a FIFO, a device, a folder) or is over `max_bytes`, is a UserError."""
+    data = read_regular_file(path, max_bytes=max_bytes or MAX_TEXT_BYTES)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None

@@ -203,7 +203,7 @@ class AutoresearchApp(App[None]):
         self.call_from_thread(self._push_evidence, link, paper_id)
 
     def _push_evidence(self, link: data.EvidenceLink, paper_id: int | None) -> None:
-        from tui.screens.knowledge import CommitScreen, EvidenceScreen, FusionScreen, PaperScreen
+        from tui.screens.evidence import CommitScreen, EvidenceScreen, FusionScreen, PaperScreen
 
         screen: Screen[None]
         if link.kind == "passage" and paper_id is not None:
@@ -354,10 +354,11 @@ def help_sections() -> HelpSections:
     """The help screen's sections: every screen whose keys it lists (importing them all)."""
     from tui.screens.compare import CompareScreen
     from tui.screens.dialogs import StartRunScreen
+    from tui.screens.evidence import CommitScreen, PaperScreen
     from tui.screens.fleet import FleetScreen
     from tui.screens.history import HistoryScreen, RedecideScreen
     from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
-    from tui.screens.knowledge import CommitScreen, KnowledgeScreen, PaperScreen
+    from tui.screens.knowledge import KnowledgeScreen
     from tui.screens.log import LogScreen
     from tui.widgets.common import PagedTable
 

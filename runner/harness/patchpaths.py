@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from kb import gitrepo
 from kb.config import CONFIG_NAME, Settings
 from kb.errors import UserError
+from runner.harness.scripts import resolve_scripts
 
 if TYPE_CHECKING:
     import git
@@ -58,8 +59,6 @@ class PatchUnreadable(UserError):
 
 def protected_paths(ws: Workspace, settings: Settings) -> list[tuple[str, str]]:
     """(pattern, why) pairs; a pattern is a file, a folder (its contents) or a glob."""
-    from runner.harness.prepare import resolve_scripts
-
     scripts = resolve_scripts(ws, settings)
     found = [
         (scripts.bench.path, "the benchmark script"),

@@ -14,18 +14,22 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb import gitrepo
-from kb.config import Settings
 from kb.errors import UserError
-from kb.workspace import Workspace
 
-# The policy lives in runner/harness/patchpaths.py; re-exported for the callers that know it from here.
+# The policy lives in runner/harness/patchpaths.py and the scripts' resolution in
+# runner/harness/scripts.py (below both, so neither imports this module); re-exported for the
+# callers that know them from here.
 from runner.harness.patchpaths import protected_paths as protected_paths
 from runner.harness.patchpaths import refusal as refusal
+from runner.harness.sandbox import protected_entries, write_harness
+from runner.harness.scripts import Script as Script
+from runner.harness.scripts import Scripts as Scripts
+from runner.harness.scripts import resolve_scripts as resolve_scripts
+from runner.harness.scripts import template_path as template_path
 
 if TYPE_CHECKING:
     import git
@@ -41,52 +45,6 @@ class Refused(Exception):
 
 class DoesNotApply(Exception):
     """The patch does not apply onto the baseline (status `crashed`, reason `does_not_apply`)."""
-
-
-@dataclass(frozen=True)
-class Script:
-    path: str
-    """Where it sits inside each tree (relative, POSIX)."""
-    source: Path | None
-    """A workspace file copied into both trees; None when it comes with the target tree."""
-    role: str
-
-
-@dataclass(frozen=True)
-class Scripts:
-    bench: Script
-    checks: Script
-
-
-def _tree_path(configured: str, role: str) -> str:
-    path = PurePosixPath(configured)
-    if path.is_absolute():
-        return path.name
-    if ".." in path.parts:
-        raise UserError(f"{role} script {configured!r}: must not leave the tree (no '..')")
-    return str(path)
-
-
-def resolve_scripts(ws: Workspace, settings: Settings) -> Scripts:
-    """A script named in the config is a workspace file if it exists there, else a tree file."""
-
-    def one(configured: str, role: str) -> Script:
-        candidate = Path(configured) if Path(configured).is_absolute() else ws.root / configured
-        source = candidate if candidate.is_file() else None
-        return Script(_tree_path(configured, role), source, role)
-
-    return Scripts(
-        one(settings.target.bench_script, "benchmark"), one(settings.target.checks_script, "checks")
-    )
-
-
-def template_path(ws: Workspace, settings: Settings) -> Path | None:
-    """The configured experiment template (None: the packaged one)."""
-    configured = settings.fleet.template
-    if not configured:
-        return None
-    path = Path(configured)
-    return path if path.is_absolute() else ws.root / path
 
 
 def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> str:
@@ -109,8 +67,6 @@ def prepare_workdir(
     """Check out both trees (replacing stale ones), place the scripts, read-only, into both, and
     write the harness folder (runner/harness/sandbox.py) from the fresh baseline tree: what every
     protected path (`protected`, plus the two scripts) holds before anything has run."""
-    from runner.harness.sandbox import protected_entries, write_harness
-
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)  # build stamps of a dead attempt
     trees = {A_DIR: baseline, B_DIR: candidate}

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import git
 
     from kb.workspace import Workspace
-    from runner.harness.prepare import Scripts
+    from runner.harness.scripts import Scripts
 
 HARNESS_DIR = ".autoresearch-harness"
 HARNESS_FILES = ("harness.sh", "ar-sandbox.c")

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
-from kb.errors import UserError, read_text
+from kb.errors import UserError
+from kb.files import read_text
 from runner.harness.protocol import plain_number
 
 Format = Literal["jsonl", "tsv"]

@@ -1,6 +1,6 @@
 """Re-decide a past run from its stored samples under another policy, and list what flips.
 
-The replay follows the runner's own procedure (runner/stats.py): per wave, look at the planned pair
+The replay follows the runner's own procedure (runner/stats/): per wave, look at the planned pair
 counts (min_pairs, +batch, ..., max_pairs); at each look judge every experiment of the wave together
 (false discoveries controlled across the wave) and stop those that reach keep or discard. An
 experiment cannot be given pairs that were never measured: when the stored pairs run out before the

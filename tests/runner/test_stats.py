@@ -11,12 +11,10 @@ import re
 import pytest
 
 from kb.errors import UserError
-from runner.stats import (  # exactness checks
+from runner.stats import (
     Case,
     Guard,
     Policy,
-    _hodges_lehmann,
-    _signed_rank_cdf,
     apply_guards,
     benjamini_hochberg,
     decide_paired,
@@ -28,6 +26,7 @@ from runner.stats import (  # exactness checks
     t_quantile,
     t_sf,
 )
+from runner.stats.paired import _hodges_lehmann, _signed_rank_cdf  # exactness checks
 
 
 def machine_pairs(

@@ -11,8 +11,8 @@ from pathlib import Path
 from kb.db import connect, one, rows
 from tests.tui.fixtures import TuiFixture
 from tests.tui.helpers import AppFactory, async_test, settle, until
+from tui.screens.evidence import CommitScreen, PaperScreen
 from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
-from tui.screens.knowledge import CommitScreen, PaperScreen
 from tui.widgets.common import PagedTable
 
 

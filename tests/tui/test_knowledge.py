@@ -8,7 +8,8 @@ from textual.widgets import DataTable, Input, ListView, Static
 
 from tests.tui.fixtures import TuiFixture
 from tests.tui.helpers import AppFactory, async_test, settle, until
-from tui.screens.knowledge import CommitScreen, FusionScreen, KnowledgeScreen, PaperScreen
+from tui.screens.evidence import CommitScreen, FusionScreen, PaperScreen
+from tui.screens.knowledge import KnowledgeScreen
 from tui.widgets.common import PagedTable
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from kb.errors import UserError, read_text
+from kb.errors import UserError
+from kb.files import read_text
 from runner.harness.protocol import plain_number
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
 from tui.cli.params import Number, PathArg, count

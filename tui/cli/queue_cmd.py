@@ -68,7 +68,8 @@ def add(
     Checked at once, not at the next run: a patch that touches a protected path is refused, and so
     is one that does not apply to the baseline (unless --unchecked)."""
     from kb.db import transaction
-    from kb.errors import UserError, read_text
+    from kb.errors import UserError
+    from kb.files import read_text
     from kb.store.hypotheses import patch as stored_patch
     from runner.cite import resolve
     from runner.hypotheses import add_hypothesis, add_patch

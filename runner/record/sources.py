@@ -1,0 +1,111 @@
+"""A hypothesis's sources as short refs and readable lines: what winner commits, patch headers and
+provenance cite.
+
+Source refs are short strings used in commit trailers, patch headers and JSON alike:
+`https://...` (a paper), `passage:<evidence id>` (a passage of it), `fork:<name>@<sha>` (a fork
+commit), `gap:<evidence id>` (a backend fusion gap), `note:<text>`, `evidence:<id>` (anything else).
+Below runner.record.history (whose experiments list their sources) and the winners and provenance
+modules, importing none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlite_utils
+
+from kb.db import rows
+from runner.record.model import parse_json
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def evidence_rows(db: sqlite_utils.Database, hypothesis_id: int) -> list[dict[str, Any]]:
+    return rows(
+        db,
+        """
+        SELECT e.id, e.kind, e.ref, e.title, e.section, e.position, e.meta, he.note,
+               s.id AS source_id, s.kind AS source_kind, s.name AS source_name, s.url AS source_url,
+               s.canonical_url, s.title AS source_title, s.commit_sha AS source_commit,
+               s.ref AS source_ref,
+               c.sha AS commit_sha, c.subject AS commit_subject, c.files AS commit_files,
+               f.backend, f.ops, f.file AS fusion_file, f.line AS fusion_line,
+               f.kind AS fusion_kind, f.commit_sha AS fusion_commit
+        FROM hypothesis_evidence he
+        JOIN evidence e ON e.id = he.evidence_id
+        JOIN sources s ON s.id = e.source_id
+        LEFT JOIN commits c ON c.evidence_id = e.id
+        LEFT JOIN fusions f ON f.evidence_id = e.id
+        WHERE he.hypothesis_id = ?
+        ORDER BY e.id
+        """,
+        [hypothesis_id],
+    )
+
+
+def evidence_refs(ev: dict[str, Any]) -> list[str]:
+    kind = ev["kind"]
+    if kind == "passage":
+        url = ev["canonical_url"] or ev["source_url"]
+        return [*([url] if url else []), f"passage:{ev['id']}"]
+    if kind == "commit":
+        name = ev["source_name"] or ev["canonical_url"] or ev["source_url"] or f"source{ev['source_id']}"
+        return [f"fork:{name}@{ev['commit_sha'] or ev['ref']}"]
+    if kind in ("fusion", "gap", "single_op"):
+        return [f"gap:{ev['id']}"]
+    return [f"evidence:{ev['id']}"]
+
+
+def location(ev: dict[str, Any]) -> str:
+    """Where to look: URL with section, repo@sha with files, or file:line@sha."""
+    meta = parse_json(ev["meta"]) or {}
+    if ev["kind"] == "passage":
+        url = ev["canonical_url"] or ev["source_url"] or ""
+        where = f" section {ev['section']!r}" if ev["section"] else ""
+        return f"{url}{where} passage {ev['ref']}".strip()
+    if ev["kind"] == "commit":
+        repo = ev["canonical_url"] or ev["source_url"] or ev["source_name"] or ""
+        files = parse_json(ev["commit_files"]) or []
+        shown = f" ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" if files else ""
+        return f"{repo}@{ev['commit_sha'] or ev['ref']}{shown}"
+    if ev["fusion_file"]:
+        at = f"@{ev['fusion_commit'][:12]}" if ev["fusion_commit"] else ""
+        return f"{ev['fusion_file']}:{ev['fusion_line']}{at}"
+    if isinstance(meta, dict) and meta.get("file"):
+        line = f":{meta['line']}" if meta.get("line") else ""
+        return f"{meta['file']}{line}"
+    return ev["canonical_url"] or ev["source_url"] or ev["source_name"] or ""
+
+
+def source_refs(db: sqlite_utils.Database, hypothesis_id: int | None) -> list[str]:
+    """Every source ref of a hypothesis: the free-form ones as given, then those of its evidence."""
+    if hypothesis_id is None:
+        return []
+    found: dict[str, None] = {}
+    for row in rows(
+        db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY rowid", [hypothesis_id]
+    ):
+        found.setdefault(one_line(row["ref"]), None)
+    for ev in evidence_rows(db, hypothesis_id):
+        for ref in evidence_refs(ev):
+            found.setdefault(ref, None)
+    return list(found)
+
+
+def source_details(db: sqlite_utils.Database, hypothesis_id: int | None) -> list[str]:
+    """Human-readable source lines: each free-form ref, then each evidence with what and where."""
+    if hypothesis_id is None:
+        return []
+    found: dict[str, None] = {}
+    for row in rows(
+        db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY rowid", [hypothesis_id]
+    ):
+        found.setdefault(one_line(row["ref"]), None)
+    for ev in evidence_rows(db, hypothesis_id):
+        what = one_line(ev["commit_subject"] or ev["title"] or ev["source_title"] or "")
+        where = location(ev)
+        detail = " - ".join(part for part in (what, where) if part)
+        found.setdefault(f"{' '.join(evidence_refs(ev))}{'  ' + detail if detail else ''}", None)
+    return list(found)
