@@ -100,6 +100,12 @@ def process(db: sqlite_utils.Database, run_id: int) -> RunProcess | None:
     return None if found is None else RunProcess(**found)
 
 
+def count(db: sqlite_utils.Database) -> int:
+    """How many runs the workspace holds (imported ones included)."""
+    found = one(db, "SELECT count(*) AS n FROM runs")
+    return int(found["n"]) if found else 0
+
+
 def name_taken(db: sqlite_utils.Database, name: str) -> bool:
     return one(db, "SELECT id FROM runs WHERE name = ?", [name]) is not None
 
