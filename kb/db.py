@@ -190,13 +190,15 @@ def log_event(
     run_id: int | None = None,
     experiment_id: int | None = None,
     data: Mapping[str, Any] | None = None,
+    ts: float | None = None,
 ) -> int:
-    """Append to the events table (the audit trail the CLI, TUI and report read)."""
+    """Append to the events table (the audit trail the CLI, TUI and report read). `ts`: a fixed
+    time instead of now (an importer's or a fixture's record of the past)."""
     return insert(
         db,
         "events",
         {
-            "ts": now(),
+            "ts": now() if ts is None else ts,
             "level": level,
             "kind": kind,
             "run_id": run_id,

@@ -25,6 +25,7 @@ from kb.errors import UserError
 
 # The typed rows and queries live in the data layer (kb.store); screens and tests import them from
 # here, so the names are re-exported.
+from kb.store import decisions as _decision_store
 from kb.store import hypotheses as _hyp_store
 from kb.store import runs as _run_store
 from kb.store.experiments import candidate_samples
@@ -324,14 +325,13 @@ def parse_filter(text: str, sort: str = "rank", status: str | None = None) -> Qu
 
 def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetail:
     from runner.queue_query import queue_row
-    from runner.record import history
 
     r = queue_row(db, hypothesis_id)
     extra = _hyp_store.text(db, hypothesis_id)
     found = _hyp_store.tried_in(db, hypothesis_id)
-    latest = history.latest_decision_rows(db, [x.id for x in found])
+    latest = _decision_store.latest_of(db, [x.id for x in found])
     exps = [
-        HypothesisExperiment(x.id, x.run, x.status, latest[x.id]["effect"] if x.id in latest else None)
+        HypothesisExperiment(x.id, x.run, x.status, latest[x.id].effect if x.id in latest else None)
         for x in found
     ]
     return HypothesisDetail(

@@ -1,10 +1,13 @@
-"""Experiments and their samples, as the history chart reads them. Decisions and the runner's view
-of an experiment are runner.record.history's."""
+"""Experiments: the rows the measuring loop, the importer and the test fixtures write, and their
+samples as the history chart reads them. The history's view of an experiment (with its decision,
+hypothesis and winner) is runner.record.history's."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.errors import UserError
 from kb.store.paging import loads, one, rows
@@ -60,3 +63,148 @@ def candidate_samples(db: sqlite_utils.Database, run_id: int, *, last: int = 400
         ):
             values.setdefault((int(r[0]), str(r[1])), []).append(float(r[2]))
     return CandidateSamples(metric, direction, [(int(e["id"]), str(e["status"])) for e in exps], values)
+
+
+# --- the rows the loop writes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One row of experiments, as stored (meta is JSON text)."""
+
+    id: int
+    run_id: int
+    wave_id: int | None
+    patch_id: int | None
+    kind: str
+    title: str
+    status: str
+    phase: str | None
+    reason: str | None
+    worker_id: int | None
+    baseline_commit: str | None
+    candidate_commit: str | None
+    retry_of: int | None
+    log_dir: str | None
+    batches: int
+    cost_usd: float
+    meta: str | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    hypothesis_id: int | None
+
+
+_COLUMNS = ", ".join(Experiment.__dataclass_fields__)
+
+
+class NewExperiment(TypedDict, total=False):
+    """An experiment to insert; columns left out take the table's defaults (status `queued`)."""
+
+    run_id: Required[int]
+    wave_id: int | None
+    patch_id: int | None
+    hypothesis_id: int | None
+    kind: str
+    title: Required[str]
+    status: str
+    phase: str | None
+    reason: str | None
+    worker_id: int | None
+    baseline_commit: str | None
+    candidate_commit: str | None
+    retry_of: int | None
+    log_dir: str | None
+    batches: int
+    meta: dict[str, Any]
+    created_at: Required[float]
+    started_at: float | None
+    ended_at: float | None
+
+
+class ExperimentUpdate(TypedDict, total=False):
+    """Columns of an experiment that change after its insert; only those given are written."""
+
+    wave_id: int | None
+    status: str
+    phase: str | None
+    reason: str | None
+    worker_id: int | None
+    baseline_commit: str | None
+    candidate_commit: str | None
+    log_dir: str | None
+    batches: int
+    meta: dict[str, Any]
+    started_at: float | None
+    ended_at: float | None
+
+
+def create(db: sqlite_utils.Database, experiment: NewExperiment) -> int:
+    """Insert one experiment (within the caller's transaction, if any); its id."""
+    from kb.db import insert
+
+    return insert(db, "experiments", experiment)
+
+
+def update(db: sqlite_utils.Database, experiment_id: int, values: ExperimentUpdate) -> None:
+    from kb.db import update as update_row
+
+    update_row(db, "experiments", experiment_id, values)
+
+
+def finish(db: sqlite_utils.Database, experiment_id: int, status: str, reason: str | None, at: float) -> None:
+    """A final status: its phase is over."""
+    update(db, experiment_id, {"status": status, "reason": reason, "phase": None, "ended_at": at})
+
+
+def set_phase(db: sqlite_utils.Database, experiment_id: int, phase: str | None) -> None:
+    update(db, experiment_id, {"phase": phase})
+
+
+def merge_meta(db: sqlite_utils.Database, experiment_id: int, values: dict[str, Any]) -> None:
+    """Merge `values` into the experiment's meta: a mapping merges into the mapping stored under
+    its key (one key at a time, so batches add to what earlier ones wrote); anything else replaces."""
+    found = one(db, "SELECT meta FROM experiments WHERE id = ?", [experiment_id])
+    if found is None:
+        raise UserError(f"experiment {experiment_id}: no such experiment")
+    meta = json.loads(found["meta"] or "{}")
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(meta.get(key), dict):
+            meta[key] = {**meta[key], **value}
+        else:
+            meta[key] = value
+    update(db, experiment_id, {"meta": meta})
+
+
+def row(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
+    """Every column of an experiment as stored: the loop's stages pass this row from step to step
+    (and read what the migrations added), so it stays a mapping."""
+    return one(db, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
+
+
+def of_run(db: sqlite_utils.Database, run_id: int) -> list[Experiment]:
+    """The run's experiments in id order."""
+    found = rows(db, f"SELECT {_COLUMNS} FROM experiments WHERE run_id = ? ORDER BY id", [run_id])
+    return [Experiment(**r) for r in found]
+
+
+def ids_of_run(db: sqlite_utils.Database, run_id: int, statuses: Sequence[str]) -> list[int]:
+    """Ids of the run's experiments in one of these statuses, in id order."""
+    marks = ", ".join("?" for _ in statuses)
+    found = rows(
+        db,
+        f"SELECT id FROM experiments WHERE run_id = ? AND status IN ({marks}) ORDER BY id",
+        [run_id, *statuses],
+    )
+    return [int(r["id"]) for r in found]
+
+
+def ids_of_wave(db: sqlite_utils.Database, wave_id: int, kind: str, statuses: Sequence[str]) -> list[int]:
+    """Ids of the wave's experiments of this kind in one of these statuses, in id order."""
+    marks = ", ".join("?" for _ in statuses)
+    found = rows(
+        db,
+        f"SELECT id FROM experiments WHERE wave_id = ? AND kind = ? AND status IN ({marks}) ORDER BY id",
+        [wave_id, kind, *statuses],
+    )
+    return [int(r["id"]) for r in found]

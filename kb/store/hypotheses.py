@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.errors import UserError
 from kb.store.knowledge import EvidenceLink
@@ -231,3 +231,41 @@ def family(db: sqlite_utils.Database, family_id: int) -> list[FamilyMember]:
         [family_id],
     )
     return [FamilyMember(**r) for r in found]
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+class NewHypothesis(TypedDict, total=False):
+    """A hypothesis to insert; columns left out take the table's defaults."""
+
+    title: Required[str]
+    rationale: str
+    expected_effect: float | None
+    confidence: float | None
+    priority: float
+    status: str
+    origin: str
+    dedupe_key: str | None
+    llm_call_id: int | None
+    notes: str | None
+    created_at: Required[float]
+    updated_at: Required[float]
+
+
+def create(db: sqlite_utils.Database, hypothesis: NewHypothesis) -> int:
+    from kb.db import insert
+
+    return insert(db, "hypotheses", hypothesis)
+
+
+def add_source_ref(db: sqlite_utils.Database, hypothesis_id: int, ref: str) -> None:
+    """Free-form provenance (URL, fork:NAME@SHA, gap:ID, note:TEXT) of a hypothesis."""
+    from kb.db import insert
+
+    insert(db, "hypothesis_sources", {"hypothesis_id": hypothesis_id, "ref": ref})
+
+
+def patch_row(db: sqlite_utils.Database, patch_id: int) -> dict[str, Any] | None:
+    """Every column of a patch as stored: the loop hands it on as the queue gives patches (a mapping)."""
+    return one(db, "SELECT * FROM patches WHERE id = ?", [patch_id])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.store.decisions import latest_decision_id
 from kb.store.paging import one, rows
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 
@@ -185,13 +186,12 @@ def run_workers(db: sqlite_utils.Database, run_id: int) -> list[WorkerRow]:
     ]
 
 
-_FLEET_SELECT = """
+_FLEET_SELECT = f"""
     SELECT x.id, x.title, x.kind, x.status, x.phase, x.reason, x.started_at, x.ended_at, x.log_dir,
            w.number AS wave, k.name AS worker, k.backend AS backend,
            (SELECT j.log_path FROM jobs j WHERE j.experiment_id = x.id
             ORDER BY j.id DESC LIMIT 1) AS log_path,
-           (SELECT d.pairs FROM decisions d WHERE d.experiment_id = x.id AND d.origin != 'redecide'
-            ORDER BY d.id DESC LIMIT 1) AS pairs
+           (SELECT d.pairs FROM decisions d WHERE d.id = {latest_decision_id("x.id")}) AS pairs
     FROM experiments x LEFT JOIN waves w ON w.id = x.wave_id LEFT JOIN workers k ON k.id = x.worker_id
 """
 

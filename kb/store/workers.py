@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.store.paging import one, rows
 
@@ -98,3 +98,24 @@ def run_costs(db: sqlite_utils.Database, run_ids: Sequence[int]) -> list[RunCost
         assert vm is not None and exp is not None  # an aggregate always has a row
         out.append(RunCost(run["id"], run["name"], run["status"], vm["c"], exp["c"]))
     return out
+
+
+class NewWorker(TypedDict, total=False):
+    """A worker to insert; columns left out take the table's defaults (status `provisioning`)."""
+
+    run_id: int | None
+    name: Required[str]
+    backend: Required[str]
+    status: str
+    resources: dict[str, Any] | None
+    noise: float | None
+    price_per_hour: float | None
+    meta: dict[str, Any]
+    started_at: Required[float]
+    ended_at: float | None
+
+
+def create(db: sqlite_utils.Database, worker: NewWorker) -> int:
+    from kb.db import insert
+
+    return insert(db, "workers", worker)

@@ -9,8 +9,9 @@ from typing import Any
 import sqlite_utils
 
 from kb import gitrepo
-from kb.db import insert, log_event, now, one, rows, transaction, update
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.store import decisions, experiments, hypotheses, jobs, run_records
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -90,13 +91,13 @@ class RunnerCore:
         self._budget_reason: str | None = None
 
     def _run(self) -> dict[str, Any]:
-        run = one(self.db, "SELECT * FROM runs WHERE id = ?", [self.run_id])
+        run = run_records.row(self.db, self.run_id)
         if run is None:
             raise UserError(f"run {self.run_id}: no such run")
         return run
 
     def _exp(self, exp_id: int) -> dict[str, Any]:
-        exp = one(self.db, "SELECT * FROM experiments WHERE id = ?", [exp_id])
+        exp = experiments.row(self.db, exp_id)
         assert exp is not None
         return exp
 
@@ -124,14 +125,7 @@ class RunnerCore:
         return self.ws.logs_dir / f"run{self.run_id}" / f"exp{exp_id}"
 
     def _merge_meta(self, exp_id: int, values: dict[str, Any]) -> None:
-        exp = self._exp(exp_id)
-        meta = json.loads(exp["meta"] or "{}")
-        for key, value in values.items():
-            if isinstance(value, dict) and isinstance(meta.get(key), dict):
-                meta[key] = {**meta[key], **value}
-            else:
-                meta[key] = value
-        update(self.db, "experiments", exp_id, {"meta": meta})
+        experiments.merge_meta(self.db, exp_id, values)
 
     def _create_experiment(
         self,
@@ -146,9 +140,8 @@ class RunnerCore:
         meta: dict[str, Any] | None = None,
     ) -> int:
         with transaction(self.db):
-            exp_id = insert(
+            exp_id = experiments.create(
                 self.db,
-                "experiments",
                 {
                     "run_id": self.run_id,
                     "wave_id": wave_id,
@@ -164,22 +157,20 @@ class RunnerCore:
                     "created_at": now(),
                 },
             )
-            update(self.db, "experiments", exp_id, {"log_dir": str(self.log_dir(exp_id))})
+            experiments.update(self.db, exp_id, {"log_dir": str(self.log_dir(exp_id))})
         return exp_id
 
     def _requeue(self, exp: dict[str, Any], *, wave_id: int | None) -> int | None:
         depth, cursor = 0, exp
         while cursor.get("retry_of"):
             depth += 1
-            prev = one(self.db, "SELECT * FROM experiments WHERE id = ?", [cursor["retry_of"]])
+            prev = experiments.row(self.db, cursor["retry_of"])
             if prev is None:
                 break
             cursor = prev
         if depth >= MAX_RETRIES:
             return None
-        patch = (
-            one(self.db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
-        )
+        patch = hypotheses.patch_row(self.db, exp["patch_id"]) if exp["patch_id"] else None
         return self._create_experiment(
             kind=exp["kind"],
             title=exp["title"],
@@ -200,12 +191,7 @@ class RunnerCore:
             exp = self._exp(exp_id)
             if exp["status"] in FINAL:
                 return
-            update(
-                self.db,
-                "experiments",
-                exp_id,
-                {"status": status, "reason": reason, "phase": None, "ended_at": now()},
-            )
+            experiments.finish(self.db, exp_id, status, reason, now())
             if detail:
                 self._merge_meta(exp_id, {"detail": detail})
             level = "info" if status in ("kept", "discarded", "inconclusive", "passed") else "warning"
@@ -238,7 +224,7 @@ class RunnerCore:
             if active.experiment_id == exp_id:
                 self._stop_job(active, "cancel")
                 with transaction(self.db):
-                    update(self.db, "jobs", job_id, {"status": "cancelled", "ended_at": now()})
+                    jobs.update(self.db, job_id, {"status": "cancelled", "ended_at": now()})
                 self.active.pop(job_id, None)
 
     def _stop_job(self, active: ActiveJob, why: str) -> None:
@@ -257,38 +243,29 @@ class RunnerCore:
 
 
 def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
-    run = one(db, "SELECT * FROM runs WHERE id = ?", [run_id])
+    run = run_records.row(db, run_id)
     if run is None:
         raise UserError(f"run {run_id}: no such run")
-    experiments = []
-    for exp in rows(db, "SELECT * FROM experiments WHERE run_id = ? ORDER BY id", [run_id]):
-        d = one(
-            db,
-            "SELECT * FROM decisions WHERE experiment_id = ? AND origin = 'runner' "
-            "ORDER BY is_final DESC, id DESC LIMIT 1",
-            [exp["id"]],
-        )
-        experiments.append(
+    found = experiments.of_run(db, run_id)
+    decided = decisions.latest_of(db, [exp.id for exp in found])
+    summaries = []
+    for exp in found:
+        d = decided.get(exp.id)
+        summaries.append(
             {
-                "id": exp["id"],
-                "kind": exp["kind"],
-                "title": exp["title"],
-                "status": exp["status"],
-                "reason": exp["reason"],
-                "wave_id": exp["wave_id"],
-                "patch_id": exp["patch_id"],
-                "effect": d["effect"] if d else None,
-                "ci": [d["ci_low"], d["ci_high"]] if d else None,
-                "pairs": d["pairs"] if d else 0,
-                "log_dir": exp["log_dir"],
+                "id": exp.id,
+                "kind": exp.kind,
+                "title": exp.title,
+                "status": exp.status,
+                "reason": exp.reason,
+                "wave_id": exp.wave_id,
+                "patch_id": exp.patch_id,
+                "effect": d.effect if d else None,
+                "ci": [d.ci_low, d.ci_high] if d else None,
+                "pairs": d.pairs if d else 0,
+                "log_dir": exp.log_dir,
             }
         )
-    winners = rows(
-        db,
-        "SELECT experiment_id, commit_sha, patch_file, position FROM winners "
-        "WHERE run_id = ? ORDER BY position",
-        [run_id],
-    )
     return RunSummary(
         run_id=run_id,
         name=run["name"],
@@ -297,8 +274,8 @@ def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
         baseline_commit=run["baseline_commit"],
         head_commit=run["head_commit"],
         self_test=json.loads(run["self_test"]) if run["self_test"] else None,
-        experiments=experiments,
-        winners=winners,
+        experiments=summaries,
+        winners=run_records.winner_rows(db, run_id),
         summary=json.loads(run["summary"]) if run["summary"] else None,
         error=run["error"],
         stop_reason=run["stop_reason"],

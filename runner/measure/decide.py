@@ -6,8 +6,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from kb.db import insert, now, one, rows, transaction, update
+from kb.db import now, transaction
 from kb.errors import UserError
+from kb.store import decisions, experiments, run_records, samples
 from runner import stats
 from runner.harness.protocol import WALL_METRIC
 from runner.measure.common import (
@@ -16,19 +17,17 @@ from runner.measure.common import (
 )
 from runner.measure.core import RunnerCore
 
+# A wave's candidates that share its FDR control: those still measured and those decided (a
+# candidate that crashed, was refused or cancelled tested nothing).
+FAMILY_STATUSES = ("queued", "running", "kept", "discarded", "inconclusive")
+
 
 class Deciding(RunnerCore):
     """Decisions."""
 
     def _pairs(self, exp_id: int, metric: str) -> list[tuple[float, float]]:
         """(A, B) per complete pair: each side's value is the median of its samples."""
-        values: dict[int, dict[str, list[float]]] = {}
-        for r in rows(
-            self.db,
-            "SELECT pair, side, value FROM samples WHERE experiment_id = ? AND metric = ? ORDER BY pair, seq",
-            [exp_id, metric],
-        ):
-            values.setdefault(r["pair"], {}).setdefault(r["side"], []).append(r["value"])
+        values = samples.by_pair(self.db, exp_id, metric)
         return [
             (stats.side_value(sides["A"]), stats.side_value(sides["B"]))
             for _, sides in sorted(values.items())
@@ -43,15 +42,7 @@ class Deciding(RunnerCore):
 
     def _metrics_summary(self, exp_id: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        names = [
-            r["metric"]
-            for r in rows(
-                self.db,
-                "SELECT DISTINCT metric FROM samples WHERE experiment_id = ? ORDER BY metric",
-                [exp_id],
-            )
-        ]
-        for name in [*names, WALL_METRIC]:
+        for name in [*samples.metrics(self.db, exp_id), WALL_METRIC]:
             pairs = self._wall_pairs(exp_id) if name == WALL_METRIC else self._pairs(exp_id, name)
             if not pairs:
                 continue
@@ -70,15 +61,7 @@ class Deciding(RunnerCore):
     def _family(self, exp_id: int, family: int | None) -> list[int]:
         if family is None:
             return [exp_id]
-        return [
-            r["id"]
-            for r in rows(
-                self.db,
-                "SELECT id FROM experiments WHERE wave_id = ? AND kind = 'candidate' AND status IN "
-                "('queued', 'running', 'kept', 'discarded', 'inconclusive') ORDER BY id",
-                [family],
-            )
-        ]
+        return experiments.ids_of_wave(self.db, family, "candidate", FAMILY_STATUSES)
 
     def _decide(self, exp_id: int, family: int | None, *, force_final: bool = False) -> bool:
         """Decide after a batch, within the caller's transaction; True when the experiment is over
@@ -88,12 +71,12 @@ class Deciding(RunnerCore):
             members.append(exp_id)
         cases = {m: tuple(zip(*self._pairs(m, self.metric), strict=True)) or ((), ()) for m in members}
         try:
-            decisions = stats.decide_wave(
+            wave_decisions = stats.decide_wave(
                 {m: (list(c[0]), list(c[1])) for m, c in cases.items()},
                 self.policy,
                 final=False,
             )
-            decision = decisions[exp_id]
+            decision = wave_decisions[exp_id]
             if force_final and decision.verdict == "continue":
                 decision = stats.decide_wave(
                     {m: (list(c[0]), list(c[1])) for m, c in cases.items()}, self.policy, final=True
@@ -128,17 +111,10 @@ class Deciding(RunnerCore):
         return final
 
     def _record_decision(self, exp_id: int, decision: stats.Decision, final: bool) -> None:
-        exists = one(
-            self.db,
-            "SELECT id FROM decisions WHERE experiment_id = ? AND pairs = ? AND origin = 'runner' "
-            "AND is_final = ?",
-            [exp_id, decision.pairs, int(final)],
-        )
-        if exists:
+        if decisions.has_runner_look(self.db, exp_id, decision.pairs, final):
             return
-        insert(
+        decisions.record(
             self.db,
-            "decisions",
             {
                 "experiment_id": exp_id,
                 "verdict": decision.verdict,
@@ -185,14 +161,11 @@ class Deciding(RunnerCore):
                 cleanup=False,
             )
             if result.passed:
-                update(
-                    self.db,
-                    "runs",
-                    self.run_id,
-                    {"self_test": data, "noise_floor": finite(result.noise_floor)},
+                run_records.update(
+                    self.db, self.run_id, {"self_test": data, "noise_floor": finite(result.noise_floor)}
                 )
             else:
-                update(self.db, "runs", self.run_id, {"self_test": data})
+                run_records.update(self.db, self.run_id, {"self_test": data})
             self._event(
                 "self_test",
                 f"self-test {'passed' if result.passed else 'failed'}: {data['reason']}",

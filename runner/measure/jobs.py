@@ -7,7 +7,8 @@ import secrets
 from dataclasses import asdict
 from typing import Any
 
-from kb.db import insert, now, one, rows, transaction, update
+from kb.db import now, transaction
+from kb.store import events, experiments, jobs, samples
 from runner.fleet import JobRef, JobSpec, JobStatus, Worker
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.prepare import (
@@ -35,10 +36,10 @@ class Jobs(Outcomes):
 
     def _next_batch(self, exp: dict[str, Any]) -> tuple[int, int, int, bool]:
         """(batch number, first pair, pairs, run checks) for the experiment's next job."""
-        jobs = rows(self.db, "SELECT * FROM jobs WHERE experiment_id = ? ORDER BY batch", [exp["id"]])
-        batch = (jobs[-1]["batch"] + 1) if jobs else 0
-        pair_start = max((j["pair_start"] + j["pairs"] for j in jobs), default=0)
-        checks_done = any(j["run_checks"] and j["status"] == "succeeded" for j in jobs)
+        done = jobs.of_experiment(self.db, exp["id"])
+        batch = (done[-1].batch + 1) if done else 0
+        pair_start = max((j.pair_start + j.pairs for j in done), default=0)
+        checks_done = any(j.run_checks and j.status == "succeeded" for j in done)
         have = self._complete_pairs(exp["id"])
         if exp["kind"] == "self_test":
             target = self.settings.policy.self_test_pairs
@@ -59,9 +60,8 @@ class Jobs(Outcomes):
         job_dir = log_dir / "jobs" / f"batch-{batch}"
         deadline = now() + timeouts.job_seconds(pairs, run_checks) + JOB_MARGIN_SECONDS
         with transaction(self.db):
-            job_id = insert(
+            job_id = jobs.create(
                 self.db,
-                "jobs",
                 {
                     "run_id": self.run_id,
                     "experiment_id": exp["id"],
@@ -79,7 +79,7 @@ class Jobs(Outcomes):
                     "submitted_at": now(),
                 },
             )
-            update(self.db, "experiments", exp["id"], {"batches": batch + 1, "phase": "setup"})
+            experiments.update(self.db, exp["id"], {"batches": batch + 1, "phase": "setup"})
         task = render(
             self.template,
             name=f"ar-{self.name}-e{exp['id']}-b{batch}".replace("_", "-").lower()[:60],
@@ -102,7 +102,7 @@ class Jobs(Outcomes):
         spec = JobSpec(job_id, exp["id"], batch, task, log_path, job_dir)
         backend_id = self.fleet.submit(worker, spec)
         with transaction(self.db):
-            update(self.db, "jobs", job_id, {"backend_job_id": backend_id, "status": "running"})
+            jobs.update(self.db, job_id, {"backend_job_id": backend_id, "status": "running"})
         ref = JobRef(job_id, worker.id, backend_id, log_path, job_dir)
         parser = LogParser(nonce, range(pair_start, pair_start + pairs))
         self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline)
@@ -135,7 +135,7 @@ class Jobs(Outcomes):
         exp = self._exp(active.experiment_id)
         phase = active.parser.state.phase
         if phase and exp["status"] == "running" and phase != exp["phase"]:
-            update(self.db, "experiments", exp["id"], {"phase": phase})
+            experiments.set_phase(self.db, exp["id"], phase)
         if not status.terminal:
             why = self._why_stop(active, exp, found)
             if why is None:
@@ -177,22 +177,24 @@ class Jobs(Outcomes):
             stamp = now()
             for inv in found:
                 for s in inv.samples:
-                    added = self.db.execute(
-                        "INSERT OR IGNORE INTO samples (experiment_id, pair, side, metric, seq, value, "
-                        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [exp_id, s.pair, s.side, s.metric, s.seq, s.value, stamp],
-                    ).rowcount
+                    added = samples.insert_new(
+                        self.db,
+                        {
+                            "experiment_id": exp_id,
+                            "pair": s.pair,
+                            "side": s.side,
+                            "metric": s.metric,
+                            "seq": s.seq,
+                            "value": s.value,
+                            "created_at": stamp,
+                        },
+                    )
                     if not added:  # parsed before (a restart): it must be the very same sample
-                        kept = one(
-                            self.db,
-                            "SELECT value FROM samples WHERE experiment_id = ? AND pair = ? AND side = ? "
-                            "AND metric = ? AND seq = ?",
-                            [exp_id, s.pair, s.side, s.metric, s.seq],
-                        )
-                        if kept is not None and kept["value"] != s.value:
+                        kept = samples.stored_value(self.db, exp_id, s.pair, s.side, s.metric, s.seq)
+                        if kept is not None and kept != s.value:
                             state.violation = state.violation or (
                                 f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
-                                f"{s.value:g} differs from the {kept['value']:g} stored before"
+                                f"{s.value:g} differs from the {kept:g} stored before"
                             )
                 for line, rejected in inv.rejected:
                     self._warn_once(
@@ -220,16 +222,10 @@ class Jobs(Outcomes):
             state.forged.clear()
             if state.lines > active.parsed_lines:
                 active.parsed_lines = state.lines
-                update(self.db, "jobs", active.ref.job_id, {"parsed_lines": state.lines})
+                jobs.update(self.db, active.ref.job_id, {"parsed_lines": state.lines})
 
     def _warn_once(self, kind: str, active: ActiveJob, line: int, message: str, data: dict[str, Any]) -> None:
-        seen = one(
-            self.db,
-            "SELECT id FROM events WHERE kind = ? AND experiment_id = ? "
-            "AND json_extract(data, '$.job') = ? AND json_extract(data, '$.line') = ?",
-            [kind, active.experiment_id, active.ref.job_id, line],
-        )
-        if seen is None:
+        if not events.job_line_logged(self.db, kind, active.experiment_id, active.ref.job_id, line):
             self._event(
                 kind,
                 message,
@@ -246,7 +242,7 @@ class Jobs(Outcomes):
         job_status = status.state
         if active.stopped in ("cancel", "stop"):
             job_status = "cancelled"
-        values = {
+        values: jobs.JobUpdate = {
             "status": job_status,
             "exit_code": status.exit_code,
             "detail": status.detail or active.stopped,
@@ -254,17 +250,13 @@ class Jobs(Outcomes):
         }
         if exp["status"] in FINAL:  # cancelled while the job ran
             with transaction(self.db):
-                update(self.db, "jobs", active.ref.job_id, values)
+                jobs.update(self.db, active.ref.job_id, values)
             return
         outcome = self._outcome(active, status)
         if outcome is None:  # the job vanished: run the batch again on the same worker
-            lost = one(
-                self.db,
-                "SELECT count(*) AS n FROM jobs WHERE experiment_id = ? AND status = 'lost'",
-                [exp["id"]],
-            )
+            lost = jobs.count(self.db, exp["id"], "lost")
             with transaction(self.db):
-                update(self.db, "jobs", active.ref.job_id, {**values, "status": "lost"})
+                jobs.update(self.db, active.ref.job_id, {**values, "status": "lost"})
                 self._event(
                     "job_lost",
                     f"experiment {exp['id']}: batch {active.batch} vanished "
@@ -272,7 +264,7 @@ class Jobs(Outcomes):
                     level="warning",
                     exp_id=exp["id"],
                 )
-            if lost and lost["n"] + 1 >= MAX_LOST_JOBS:
+            if lost + 1 >= MAX_LOST_JOBS:
                 self._lose(exp, f"{MAX_LOST_JOBS} batches vanished")
             elif any(active.parser.state.builds.get(side) != 0 for side in ("A", "B")):
                 # It died while building: a half-written build output must not be trusted, so
@@ -282,7 +274,7 @@ class Jobs(Outcomes):
         # The job's end and what follows from it (a final status, or the decision after this
         # batch) are one transaction: a runner killed here either redoes both or neither.
         with transaction(self.db):
-            update(self.db, "jobs", active.ref.job_id, values)
+            jobs.update(self.db, active.ref.job_id, values)
             links = self._log_links(active)
             self._merge_meta(
                 exp["id"],
@@ -296,7 +288,7 @@ class Jobs(Outcomes):
             if outcome.status is not None:
                 if active.parser.state.violation:
                     # Forged markers: none of its samples can be trusted (the job log keeps them all).
-                    self.db.execute("DELETE FROM samples WHERE experiment_id = ?", [exp["id"]])
+                    samples.delete_of_experiment(self.db, exp["id"])
                 self._finish_experiment(
                     exp["id"], outcome.status, outcome.reason, detail=outcome.detail, cleanup=False
                 )

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from kb import gitrepo
-from kb.db import rows, transaction, update
+from kb.db import transaction
+from kb.store import experiments, jobs, run_records
 from runner.fleet import JobRef
 from runner.harness.prepare import (
     remove_workdir,
 )
 from runner.harness.protocol import LogParser
 from runner.measure.common import (
+    LIVE,
     ActiveJob,
 )
 from runner.measure.stages import Stages
+
+# Jobs a fleet may still be running (or about to): a restarted runner reattaches them.
+LIVE_JOBS = ("submitting", "running")
 
 
 class Recovery(Stages):
@@ -23,44 +29,34 @@ class Recovery(Stages):
     def _recover(self) -> None:
         """After a restart: reattach live jobs, clean what nothing refers to."""
         assert self.fleet is not None
-        live_jobs = rows(
-            self.db,
-            "SELECT * FROM jobs WHERE run_id = ? AND status IN ('submitting', 'running') ORDER BY id",
-            [self.run_id],
-        )
+        live_jobs = jobs.of_run(self.db, self.run_id, LIVE_JOBS)
+        # The loop submits every job to a worker (jobs.worker_id is NULL only in the schema).
         refs = [
-            JobRef(j["id"], j["worker_id"], j["backend_job_id"], Path(j["log_path"]), Path(j["job_dir"]))
+            JobRef(j.id, cast(int, j.worker_id), j.backend_job_id, Path(j.log_path), Path(j.job_dir))
             for j in live_jobs
         ]
         states = self.fleet.reattach(refs)
         reattached = 0
         for job, ref in zip(live_jobs, refs, strict=True):
-            exp = self._exp(job["experiment_id"])
-            state = states.get(job["id"])
+            exp = self._exp(job.experiment_id)
+            state = states.get(job.id)
             if state is not None and state.state == "lost" and state.detail == "never started":
                 # The runner died between writing the row and starting the job: forget the row.
                 with transaction(self.db):
-                    self.db.execute("DELETE FROM jobs WHERE id = ?", [job["id"]])
+                    jobs.forget(self.db, job.id)
                 continue
-            self.active[job["id"]] = ActiveJob(
+            self.active[job.id] = ActiveJob(
                 ref,
                 exp["id"],
-                job["batch"],
-                job["nonce"],
-                LogParser(job["nonce"], range(job["pair_start"], job["pair_start"] + job["pairs"])),
-                job["parsed_lines"],
-                job["deadline"],
+                job.batch,
+                job.nonce,
+                LogParser(job.nonce, range(job.pair_start, job.pair_start + job.pairs)),
+                job.parsed_lines,
+                job.deadline,
             )
             reattached += 1
         # Worktrees of experiments that are over (or never were) go; so do stale git records.
-        keep = {
-            r["id"]
-            for r in rows(
-                self.db,
-                "SELECT id FROM experiments WHERE run_id = ? AND status IN ('queued', 'running')",
-                [self.run_id],
-            )
-        }
+        keep = set(experiments.ids_of_run(self.db, self.run_id, LIVE))
         removed = 0
         folder = self.ws.worktrees_dir / f"run{self.run_id}"
         if folder.exists():
@@ -88,7 +84,7 @@ class Recovery(Stages):
                 pass
         try:
             with transaction(self.db):
-                update(self.db, "runs", self.run_id, {"status": "interrupted", "error": error})
+                run_records.update(self.db, self.run_id, {"status": "interrupted", "error": error})
                 self._event(
                     "run_interrupted",
                     f"run {self.name} interrupted" + (f": {error}" if error else ""),

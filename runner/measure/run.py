@@ -7,14 +7,16 @@ import socket
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import sqlite_utils
 
 from kb import gitrepo
-from kb.db import insert, log_event, now, one, rows, transaction, update
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.store import run_records
+from kb.store.run_records import RunProcess
 from kb.store.runs import heartbeat_fresh
+from kb.vocabulary import RUN_LIVE
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import preflight
@@ -53,12 +55,12 @@ def _pid_alive(pid: int | None) -> bool:
     return state not in ("Z", "X")
 
 
-def _runner_alive(run: dict[str, Any]) -> bool:
+def _runner_alive(run: RunProcess) -> bool:
     """Is another process still driving this run? (Same host, live pid, fresh heartbeat.)"""
-    if run["host"] != socket.gethostname() or run["pid"] == os.getpid():
+    if run.host != socket.gethostname() or run.pid == os.getpid():
         return False
-    fresh = heartbeat_fresh(run["heartbeat_at"], now())
-    return fresh and _pid_alive(run["pid"])
+    fresh = heartbeat_fresh(run.heartbeat_at, now())
+    return fresh and _pid_alive(run.pid)
 
 
 def _mark_dead_runs(db: sqlite_utils.Database) -> None:
@@ -68,16 +70,16 @@ def _mark_dead_runs(db: sqlite_utils.Database) -> None:
     then, on this host or another, so a run of another process is a dead one; runs of this process
     (other runners in threads) are judged by the database alone."""
     here = (os.getpid(), socket.gethostname())
-    for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
-        if (run["pid"], run["host"]) != here:
+    for run in run_records.processes(db, RUN_LIVE):
+        if (run.pid, run.host) != here:
             with transaction(db):
-                update(db, "runs", run["id"], {"status": "interrupted"})
+                run_records.update(db, run.id, {"status": "interrupted"})
                 log_event(
                     db,
                     "run_interrupted",
-                    f"run {run['name']}: its runner (pid {run['pid']}) is gone",
+                    f"run {run.name}: its runner (pid {run.pid}) is gone",
                     level="warning",
-                    run_id=run["id"],
+                    run_id=run.id,
                 )
 
 
@@ -85,15 +87,10 @@ def _unique_name(db: sqlite_utils.Database, wanted: str | None) -> str:
     if wanted:
         if not _name_ok(wanted):
             raise UserError(f"run name {wanted!r}: use letters, digits, '.', '_' and '-'")
-        if one(db, "SELECT id FROM runs WHERE name = ?", [wanted]):
+        if run_records.name_taken(db, wanted):
             raise UserError(f"run name {wanted!r}: a run with this name exists")
         return wanted
-    base = time.strftime("%Y%m%d-%H%M%S")
-    name, n = base, 1
-    while one(db, "SELECT id FROM runs WHERE name = ?", [name]):
-        n += 1
-        name = f"{base}-{n}"
-    return name
+    return run_records.free_name(db, time.strftime("%Y%m%d-%H%M%S"))
 
 
 def _name_ok(name: str) -> bool:
@@ -143,14 +140,14 @@ def _insert_run(
 ) -> tuple[int, str]:
     settings = ws.settings
     _mark_dead_runs(db)
-    for run in rows(db, "SELECT * FROM runs WHERE status IN ('running', 'paused')"):
+    for run in run_records.processes(db, RUN_LIVE):
         raise UserError(
-            f"run {run['name']} is going (pid {run['pid']} on {run['host']}): wait for it, stop it, "
+            f"run {run.name} is going (pid {run.pid} on {run.host}): wait for it, stop it, "
             "or use another workspace"
         )
-    for run in rows(db, "SELECT * FROM runs WHERE status = 'interrupted' AND imported_from IS NULL"):
+    for run in run_records.processes(db, ["interrupted"], measured_only=True):
         # Its experiments still hold their patches: a new run would silently skip them.
-        raise UserError(f"run {run['name']} was interrupted: continue it with `autoresearch run --resume`")
+        raise UserError(f"run {run.name} was interrupted: continue it with `autoresearch run --resume`")
     from runner.hypotheses import runnable
 
     autopilot = options.autopilot if options.autopilot is not None else settings.autopilot.enabled
@@ -169,9 +166,8 @@ def _insert_run(
     if gitrepo.branch_head(repo, branch) is None:
         gitrepo.set_branch(repo, branch, baseline, None)
     stamp = now()
-    run_id = insert(
+    run_id = run_records.create(
         db,
-        "runs",
         {
             "name": name,
             "status": "running",
@@ -210,39 +206,36 @@ def resume_run(
     except BaseException:
         lock.release()
         raise
-    lock.record(run["id"], run["name"])
-    runner = Runner(ws, run["id"], progress=progress, lock=lock, research=research)
+    lock.record(run.id, run.name)
+    runner = Runner(ws, run.id, progress=progress, lock=lock, research=research)
     runner.resuming = True
     return runner
 
 
-def _take_over(ws: Workspace, run_id: int | None) -> dict[str, Any]:
+def _take_over(ws: Workspace, run_id: int | None) -> RunProcess:
     db = ws.db()
     _mark_dead_runs(db)
+    run: RunProcess | None
     if run_id is None:
-        run = one(
-            db,
-            "SELECT * FROM runs WHERE status IN ('interrupted', 'running', 'paused') "
-            "AND imported_from IS NULL ORDER BY id DESC LIMIT 1",
-        )
+        resumable = run_records.processes(db, ["interrupted", *RUN_LIVE], measured_only=True)
+        run = resumable[-1] if resumable else None  # the newest
         if run is None:
             raise UserError(f"{ws.root}: no interrupted run to resume")
     else:
-        run = one(db, "SELECT * FROM runs WHERE id = ?", [run_id])
+        run = run_records.process(db, run_id)
         if run is None:
             raise UserError(f"run {run_id}: no such run")
-    if run["status"] in ("finished", "failed"):
-        raise UserError(f"run {run['name']}: already {run['status']}, nothing to resume")
+    if run.status in ("finished", "failed"):
+        raise UserError(f"run {run.name}: already {run.status}, nothing to resume")
     if _runner_alive(run):
-        raise UserError(f"run {run['name']}: still driven by pid {run['pid']}; stop it first")
+        raise UserError(f"run {run.name}: still driven by pid {run.pid}; stop it first")
     with transaction(db):
-        update(
+        run_records.update(
             db,
-            "runs",
-            run["id"],
+            run.id,
             {"status": "running", "pid": os.getpid(), "host": socket.gethostname(), "heartbeat_at": now()},
         )
-        log_event(db, "run_resumed", f"run {run['name']} resumed (pid {os.getpid()})", run_id=run["id"])
+        log_event(db, "run_resumed", f"run {run.name} resumed (pid {os.getpid()})", run_id=run.id)
     db.conn.close()
     return run
 

@@ -37,8 +37,9 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import insert, log_event, now, one, rows, transaction
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.store import decisions, experiments, hypotheses, run_records, samples, waves
 from runner import stats
 from runner.record.logformats import (
     PI_LIKELY,
@@ -139,14 +140,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text[:400].lower()).strip("-")[:40].rstrip("-")
 
 
-def _unique_name(db: sqlite_utils.Database, base: str) -> str:
-    name, n = base, 1
-    while one(db, "SELECT id FROM runs WHERE name = ?", [name]):
-        n += 1
-        name = f"{base}-{n}"
-    return name
-
-
 def _source_ref(text: str) -> str:
     text = cap(text, REF_MAX)
     return text if text.startswith(_REF_PREFIXES) else f"note:{text}"
@@ -184,11 +177,9 @@ def import_log(
     origin_prefix = f"{path}#"
     imported: list[ImportedRun] = []
     with transaction(db):
-        earlier = rows(
-            db, "SELECT name FROM runs WHERE imported_from LIKE ? ORDER BY id", [origin_prefix + "%"]
-        )
+        earlier = run_records.imported_names(db, origin_prefix)
         if earlier:
-            names = ", ".join(r["name"] for r in earlier)
+            names = ", ".join(earlier)
             raise UserError(f"{path}: already imported (run {names}); nothing imported")
         for segment in log.segments:
             imported.append(_import_segment(db, log, segment, name, multi=len(log.segments) > 1))
@@ -276,15 +267,14 @@ def _import_segment(
     base_name = name or f"import-{_slug(segment.name or path.stem) or 'log'}"
     if multi:
         base_name = f"{base_name}-s{segment.index}"
-    run_name = _unique_name(db, base_name)
+    run_name = run_records.free_name(db, base_name)
     imported_from = f"{path}#segment={segment.index}"
     stamp = now()
     first = segment.lines[0]
     times = [_stamp(line.timestamp, stamp) for line in segment.lines]
     policy = {"metric": metric, "direction": direction, "unit": segment.unit, "origin": "import"}
-    run_id = insert(
+    run_id = run_records.create(
         db,
-        "runs",
         {
             "name": run_name,
             "status": "finished",
@@ -298,9 +288,8 @@ def _import_segment(
             "ended_at": max(times),
         },
     )
-    wave_id = insert(
+    wave_id = waves.create(
         db,
-        "waves",
         {
             "run_id": run_id,
             "number": 1,
@@ -342,9 +331,8 @@ def _import_segment(
             **comparison,
         }
     }
-    db.execute(
-        "UPDATE runs SET head_commit = ?, summary = ? WHERE id = ?", [head, json.dumps(summary), run_id]
-    )
+    # The summary as JSON text in its own key order (not sorted): `history --json` prints it so.
+    run_records.update(db, run_id, {"head_commit": head, "summary": json.dumps(summary)})
     log_event(
         db,
         "import",
@@ -391,9 +379,8 @@ def _import_line(
         rationale = ""
         if isinstance(line.asi, dict):
             rationale = str(line.asi.get("hypothesis") or line.asi.get("rationale") or "")
-        hypothesis_id = insert(
+        hypothesis_id = hypotheses.create(
             db,
-            "hypotheses",
             {
                 "title": title,
                 "rationale": _cap_text(rationale, TEXT_MAX),
@@ -411,14 +398,9 @@ def _import_line(
             },
         )
         if line.literature_source:
-            insert(
-                db,
-                "hypothesis_sources",
-                {"hypothesis_id": hypothesis_id, "ref": _source_ref(line.literature_source)},
-            )
-    experiment_id = insert(
+            hypotheses.add_source_ref(db, hypothesis_id, _source_ref(line.literature_source))
+    experiment_id = experiments.create(
         db,
-        "experiments",
         {
             "run_id": run_id,
             "wave_id": wave_id,
@@ -461,9 +443,8 @@ def _import_line(
     )
     for side, side_values in sides:
         for name_, value in side_values.items():
-            insert(
+            samples.insert(
                 db,
-                "samples",
                 {
                     "experiment_id": experiment_id,
                     "pair": 0,
@@ -509,9 +490,8 @@ def _import_decision(
     }
     if difference is not None:
         per_metric[metric].update(scale="difference", difference=difference)
-    insert(
+    decisions.record(
         db,
-        "decisions",
         {
             "experiment_id": experiment_id,
             "verdict": VERDICT_MAP[line.status],

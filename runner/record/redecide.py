@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlite_utils
 
-from kb.db import insert, log_event, now, transaction
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.store import decisions
 from kb.vocabulary import DECIDED_STATUSES
 
 if TYPE_CHECKING:
@@ -291,9 +292,8 @@ def redecide(
         with transaction(db):
             for item in items:
                 d = item.new
-                insert(
+                decisions.record(
                     db,
-                    "decisions",
                     {
                         "experiment_id": item.experiment_id,
                         "verdict": d.verdict,

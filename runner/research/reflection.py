@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
+from kb.store.decisions import latest_decision_id
 from runner.stats import pct
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any],
         FROM experiments e
         LEFT JOIN patches p ON p.id = e.patch_id
         LEFT JOIN hypotheses h ON h.id = coalesce(p.hypothesis_id, {direct})
-        LEFT JOIN decisions d ON d.id = (SELECT max(id) FROM decisions WHERE experiment_id = e.id)
+        LEFT JOIN decisions d ON d.id = {latest_decision_id("e.id")}
         WHERE e.wave_id = ?
         ORDER BY e.id
         """,

@@ -3,31 +3,15 @@ layer (kb/store) or the runner's record (runner/record, runner/queue_query)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-# SQL keywords as SQL writes them (upper case, so prose does not match), and database calls given a
-# statement. Textual's `query_one(` and a runner's `execute()` (no argument) are not SQL.
-SQL = re.compile(
-    r"""\bSELECT\b.+\bFROM\b|["']\s*SELECT\s|^\s*SELECT\s|\bINSERT\s+INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b"""
-    r"""|\bFROM\s+\w+(\s+\w+)?\s+(WHERE|JOIN|LEFT|ORDER|GROUP)\b"""
-    r"""|\.(execute|executemany|executescript|query)\(\s*[^\s)]"""
-)
+from tests.foundation.sql_scan import ROOT
+from tests.foundation.sql_scan import sql_lines as scan
 
 # Files whose SQL has not moved to kb/store yet (issue 14): shrink this set, never grow it.
 KNOWN: set[str] = set()
 
 
 def sql_lines() -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for path in sorted((ROOT / "tui").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if SQL.search(line):
-                found.setdefault(rel, []).append(f"{rel}:{number}: {line.strip()}")
-    return found
+    return scan((ROOT / "tui").rglob("*.py"))
 
 
 def test_faces_hold_no_sql() -> None:

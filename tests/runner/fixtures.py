@@ -19,7 +19,9 @@ wave 2: quant (kept, winner; from a fork commit), stale (crashed: does_not_apply
 (cancelled), lost (lost), retry (retry_of lost: discarded; `queued` when live); finished runs add
 stack and ablation_fuse / ablation_quant (kinds stack, ablation) and `runs.summary`.
 
-Rows follow runner/measure/'s formats: runs.policy is the stats Policy plus `metric`; the passed
+The loop's rows (runs, workers, waves, experiments, samples, decisions) are written through the
+kb/store functions runner/measure/ writes them with, so a schema change is made once. Rows follow
+runner/measure/'s formats: runs.policy is the stats Policy plus `metric`; the passed
 self-test is a `passed` experiment of kind self_test with `meta.self_test`, and
 runs.self_test / noise_floor; an ablation measures the full stack (candidate) against the stack
 without one winner (baseline, a real commit), `meta.left_out` naming that winner's experiment;
@@ -46,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import sqlite_utils
 
-from kb.db import insert, log_event, transaction, update
+from kb.db import insert, log_event, transaction
+from kb.store import decisions, experiments, hypotheses, run_records, samples, waves, workers
 from kb.workspace import Workspace
 from runner.record.winners import WinnerRecord
 
@@ -459,9 +462,9 @@ def _store_samples(
         for metric, (a, b) in metrics.items():
             for side, values in (("A", a), ("B", b)):
                 for seq, value in enumerate(values):
-                    insert(
+                    # The loop's insert; a sample already there would be a bug of the fixture.
+                    added = samples.insert_new(
                         db,
-                        "samples",
                         {
                             "experiment_id": eid,
                             "pair": pair,
@@ -472,6 +475,7 @@ def _store_samples(
                             "created_at": start + pair * 6 + (3 if side == "B" else 0),
                         },
                     )
+                    assert added, f"fixture: sample {eid}/{pair}/{side}/{metric}/{seq} written twice"
 
 
 def _insert_decision(
@@ -484,9 +488,8 @@ def _insert_decision(
     metrics: dict[str, Any] | None = None,
 ) -> None:
     """One look of the runner's sequential test on the primary metric, as the loop stores it."""
-    insert(
+    decisions.record(
         db,
-        "decisions",
         {
             "experiment_id": eid,
             "verdict": d.verdict,
@@ -584,9 +587,8 @@ def _hypotheses(
     )
     for i, label in enumerate(EDITS):
         evidence_ids, refs, origin = cites.get(label, ([], [], "manual"))
-        hid = insert(
+        hid = hypotheses.create(
             db,
-            "hypotheses",
             {
                 "title": TITLES[label],
                 "rationale": f"{TITLES[label]}.\nExpected to help the memory-bound decode ({run_name}).",
@@ -602,7 +604,7 @@ def _hypotheses(
         for eid in evidence_ids:
             insert(db, "hypothesis_evidence", {"hypothesis_id": hid, "evidence_id": eid})
         for ref in refs:
-            insert(db, "hypothesis_sources", {"hypothesis_id": hid, "ref": ref})
+            hypotheses.add_source_ref(db, hid, ref)
         diff = make_diff(target, label)
         from runner.hypotheses import diff_files
 
@@ -629,8 +631,7 @@ def _hypotheses(
 
 def _event(db: sqlite_utils.Database, at: float, kind: str, message: str, **kw: Any) -> None:
     """log_event at a fixed time (the fixture is deterministic)."""
-    event_id = log_event(db, kind, message, **kw)
-    db.execute("UPDATE events SET ts = ? WHERE id = ?", [at, event_id])
+    log_event(db, kind, message, ts=at, **kw)
 
 
 def _fix_winner_events(db: sqlite_utils.Database, run_id: int) -> None:
@@ -670,7 +671,7 @@ def add_run(
     db = ws.db()
     baseline = ws.settings.target.baseline_commit
     sources, ev = fill_kb(db, baseline)
-    earlier = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    earlier = run_records.count(db)
     t = start if start is not None else T0 + 86_400 * earlier
     h = HistoryFixture(
         ws=ws, target=target, run_id=0, run_name=name, baseline=baseline, evidence=ev, sources=sources
@@ -682,9 +683,8 @@ def add_run(
 
     with transaction(db):
         h.hyp, h.patch = _hypotheses(db, target, ev, name, t)
-        h.run_id = insert(
+        h.run_id = run_records.create(
             db,
-            "runs",
             {
                 "name": name,
                 "status": "running",
@@ -703,10 +703,9 @@ def add_run(
             },
         )
         _event(db, t, "run_started", f"run {name} started on {baseline[:12]}", run_id=h.run_id)
-        workers = [
-            insert(
+        worker_ids = [
+            workers.create(
                 db,
-                "workers",
                 {
                     "run_id": h.run_id,
                     "name": f"local-{i}",
@@ -735,9 +734,8 @@ def add_run(
             **extra: Any,
         ) -> int:
             plabel = patch_label if patch_label is not None else (label if label in h.patch else None)
-            eid = insert(
+            eid = experiments.create(
                 db,
-                "experiments",
                 {
                     "run_id": h.run_id,
                     "wave_id": wave,
@@ -748,7 +746,7 @@ def add_run(
                     "status": status,
                     "phase": phase,
                     "reason": reason,
-                    "worker_id": workers[len(h.exp) % 2],
+                    "worker_id": worker_ids[len(h.exp) % 2],
                     "baseline_commit": baseline,
                     "created_at": at,
                     "started_at": None if status == "queued" else at,
@@ -757,7 +755,7 @@ def add_run(
                 },
             )
             h.exp[label] = eid
-            update(db, "experiments", eid, {"log_dir": _log_dir(ws, name, eid, status)})
+            experiments.update(db, eid, {"log_dir": _log_dir(ws, name, eid, status)})
             return eid
 
         # Self-test: the baseline against itself before the first wave.
@@ -779,8 +777,8 @@ def add_run(
         # The loop's format: a passed A/A ends `passed` (no difference), its result in meta and
         # runs.self_test, its interval's half-width as the run's noise floor.
         st_data = {**st.to_json(), "reason": "no difference"}
-        update(db, "experiments", st_id, {"meta": {"self_test": st_data}})
-        update(db, "runs", h.run_id, {"self_test": st_data, "noise_floor": st.noise_floor})
+        experiments.update(db, st_id, {"meta": {"self_test": st_data}})
+        run_records.update(db, h.run_id, {"self_test": st_data, "noise_floor": st.noise_floor})
         _event(
             db,
             t + 60,
@@ -792,9 +790,8 @@ def add_run(
 
         # Wave 1.
         w1_start = t + 100
-        w1 = insert(
+        w1 = waves.create(
             db,
-            "waves",
             {
                 "run_id": h.run_id,
                 "number": 1,
@@ -808,7 +805,7 @@ def add_run(
             experiment(label, "candidate", w1, MEASURED[label][3], at=w1_start, batches=0)
         ends = _decide_wave(db, ["fuse", "prefetch", "unroll"], h.exp, seed, w1_start)
         for label, (end, pairs) in ends.items():
-            update(db, "experiments", h.exp[label], {"ended_at": end, "batches": -(-pairs // 8)})
+            experiments.update(db, h.exp[label], {"ended_at": end, "batches": -(-pairs // 8)})
         experiment("wrong", "candidate", w1, "checks_failed", phase="checks", at=w1_start)
         experiment("hang", "candidate", w1, "crashed", reason="timeout", phase="bench", at=w1_start)
         experiment("inflate", "candidate", w1, "refused", reason="autoresearch.sh", at=w1_start)
@@ -833,7 +830,7 @@ def add_run(
             experiment_id=h.exp["inflate"],
         )
         w1_end = max(e for e, _ in ends.values())
-        update(db, "waves", w1, {"ended_at": w1_end + 5})
+        waves.update(db, w1, {"ended_at": w1_end + 5})
 
     if commit_winners:
         h.winners["fuse"] = commit_winner(ws, db, h.exp["fuse"])
@@ -842,9 +839,8 @@ def add_run(
 
     with transaction(db):
         w2_start = w1_end + 60
-        w2 = insert(
+        w2 = waves.create(
             db,
-            "waves",
             {
                 "run_id": h.run_id,
                 "number": 2,
@@ -900,10 +896,10 @@ def add_run(
         ends2 = _decide_wave(db, wave2, h.exp, seed, w2_start, live_label="quant" if live else None)
         if not live:
             for label, (end, pairs) in ends2.items():
-                update(db, "experiments", h.exp[label], {"ended_at": end, "batches": -(-pairs // 8)})
-            update(db, "waves", w2, {"ended_at": max(e for e, _ in ends2.values()) + 5})
+                experiments.update(db, h.exp[label], {"ended_at": end, "batches": -(-pairs // 8)})
+            waves.update(db, w2, {"ended_at": max(e for e, _ in ends2.values()) + 5})
         else:
-            update(db, "experiments", h.exp["quant"], {"ended_at": None})
+            experiments.update(db, h.exp["quant"], {"ended_at": None})
             _event(
                 db,
                 w2_start + 50,
@@ -943,7 +939,9 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
         from kb import gitrepo
 
         repo = gitrepo.open_repo(ws.mirror_path)
-        quant_diff = db.execute("SELECT diff FROM patches WHERE id = ?", [h.patch["quant"]]).fetchone()[0]
+        quant_patch = hypotheses.patch(db, h.patch["quant"])
+        assert quant_patch is not None
+        quant_diff = quant_patch.diff
         env = {**_GIT_ENV, "GIT_AUTHOR_NAME": "autoresearch", "GIT_COMMITTER_NAME": "autoresearch"}
         without["fuse"] = gitrepo.commit_patch(
             repo, h.baseline, quant_diff, "ablation: without fuse\n", env=env
@@ -961,9 +959,8 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
                 }
                 for _ in range(16)
             ]
-            eid = insert(
+            eid = experiments.create(
                 db,
-                "experiments",
                 {
                     "run_id": h.run_id,
                     "wave_id": None,
@@ -979,7 +976,7 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
                     "ended_at": at + i * 200 + 120,
                 },
             )
-            update(db, "experiments", eid, {"log_dir": _log_dir(ws, h.run_name, eid, "kept")})
+            experiments.update(db, eid, {"log_dir": _log_dir(ws, h.run_name, eid, "kept")})
             h.exp[label] = eid
             _store_samples(db, eid, raw, at + i * 200)
             d = decide_paired(*_medians(raw, METRIC), policy, final=True)
@@ -996,9 +993,8 @@ def _finish(ws: Workspace, db: sqlite_utils.Database, h: HistoryFixture, seed: i
                 summary["stack"] = entry
             else:
                 summary["ablation"].append({**entry, "left_out": h.exp[left_out]})
-        update(
+        run_records.update(
             db,
-            "runs",
             h.run_id,
             {
                 "status": "finished",

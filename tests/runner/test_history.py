@@ -105,6 +105,37 @@ def test_a_page_of_experiments_is_a_slice_of_the_whole_list(finished_history: Hi
     }
 
 
+def test_the_stores_decision_rule_is_historys(tmp_path: Path) -> None:
+    """kb/store's decision of an experiment is history's (the reference): runner runs, an imported
+    run, and re-analyses saved after every decision, which never count."""
+    from kb.store import decisions
+    from runner.record.importer import import_log
+
+    h = build_history(tmp_path)
+    db = h.db()
+    import_log(db, Path(__file__).parent / "autoresearch.sample.jsonl")
+    ids = [e.id for e in history.experiments(db)]
+    with transaction(db):
+        for eid in ids:
+            decisions.record(
+                db,
+                {
+                    "experiment_id": eid,
+                    "verdict": "discard",
+                    "metric": "tg",
+                    "pairs": 99,
+                    "is_final": 1,
+                    "origin": "redecide",
+                    "created_at": 0.0,
+                },
+            )
+    reference = history.latest_decision_rows(db, ids)
+    found = decisions.latest_of(db, ids)
+    assert {k: r["id"] for k, r in reference.items()} == {k: d.id for k, d in found.items()}
+    assert {d.origin for d in found.values()} == {"runner", "import"}
+    assert all(decisions.latest(db, k) == d for k, d in found.items())
+
+
 def test_history_json_has_every_required_field_and_raw_samples(finished_history: HistoryFixture) -> None:
     h = finished_history
     db = h.db()

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from kb.db import insert, transaction, update
+from kb.db import insert, transaction
+from kb.store import run_records
 from kb.workspace import Workspace
 from tests.runner.fixtures import T0, HistoryFixture, add_run, build_history
 
@@ -317,7 +318,7 @@ def build_tui_workspace(tmp_path: Path) -> TuiFixture:
         kb = _knowledge(db)
         with transaction(db):
             # The live run's runner: a heartbeat 2 s before the tests' clock.
-            update(db, "runs", live.run_id, {"pid": 4242, "heartbeat_at": CLOCK_NOW - 2})
+            run_records.update(db, live.run_id, {"pid": 4242, "heartbeat_at": CLOCK_NOW - 2})
     finally:
         db.conn.close()
     return TuiFixture(history=history, live=live, **kb)  # type: ignore[arg-type]
