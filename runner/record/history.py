@@ -72,6 +72,7 @@ def _run(row: dict[str, Any]) -> RunInfo:
         experiments=row["n_experiments"],
         kept=row["n_kept"],
         winners=row["n_winners"],
+        stop_reason=row.get("stop_reason"),
     )
 
 

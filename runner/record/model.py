@@ -61,6 +61,8 @@ class RunInfo:
     experiments: int
     kept: int
     winners: int
+    stop_reason: str | None = None
+    """Why a finished run stopped: one token of kb.vocabulary.STOP_REASONS."""
 
     @property
     def metric(self) -> str | None:

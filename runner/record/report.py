@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb.errors import UserError
-from kb.vocabulary import legend
+from kb.vocabulary import STOP_MEANINGS, legend
 from runner.record import history
 from runner.record.importer import summary_lines
 from runner.record.winners import provenance
@@ -171,7 +171,12 @@ def plot_effects(
 
 def _run_blocks(run: history.RunInfo) -> list[Block]:
     items = [
-        f"Status: {run.status}",
+        f"Status: {run.status}"
+        + (
+            f", stopped: {run.stop_reason} ({STOP_MEANINGS.get(run.stop_reason, '')})"
+            if run.stop_reason
+            else ""
+        ),
         f"Started: {_when(run.started_at)}; ended: {_when(run.ended_at)}",
         f"Backend: {run.backend}",
     ]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kb.vocabulary import help_epilog, legend
+from kb.vocabulary import STOP_MEANINGS, help_epilog, legend
 from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT, Number, PathArg, count
@@ -35,7 +35,8 @@ def _short(sha: str | None) -> str:
 def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -> None:
     from runner.record import history
 
-    click.echo(f"Run {run.id} {run.name}: {run.status}")
+    stopped = f" ({run.stop_reason}: {STOP_MEANINGS.get(run.stop_reason, '')})" if run.stop_reason else ""
+    click.echo(f"Run {run.id} {run.name}: {run.status}{stopped}")
     click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
         from runner.record.importer import summary_lines
@@ -147,7 +148,9 @@ def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: boo
             (
                 r.id,
                 r.name,
-                r.status + (" (imported)" if r.imported_from else ""),
+                r.status
+                + (" (imported)" if r.imported_from else "")
+                + (f" ({r.stop_reason})" if r.stop_reason else ""),
                 _when(r.started_at),
                 r.waves,
                 r.experiments,
