@@ -20,3 +20,8 @@ def job_line_logged(db: sqlite_utils.Database, kind: str, experiment_id: int, jo
         [kind, experiment_id, job_id, line],
     )
     return found is not None
+
+
+def count(db: sqlite_utils.Database, run_id: int, kind: str) -> int:
+    found = one(db, "SELECT count(*) AS n FROM events WHERE run_id = ? AND kind = ?", [run_id, kind])
+    return int(found["n"]) if found else 0

@@ -208,3 +208,76 @@ def ids_of_wave(db: sqlite_utils.Database, wave_id: int, kind: str, statuses: Se
         [wave_id, kind, *statuses],
     )
     return [int(r["id"]) for r in found]
+
+
+def of_run_kinds(db: sqlite_utils.Database, run_id: int, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """Every column of the run's experiments of these kinds, in id order."""
+    marks = ", ".join("?" for _ in kinds)
+    return rows(
+        db, f"SELECT * FROM experiments WHERE run_id = ? AND kind IN ({marks}) ORDER BY id", [run_id, *kinds]
+    )
+
+
+def carried(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+    """Candidates queued again outside any wave (a winner of the same wave took their lines): the
+    next wave takes them first."""
+    return rows(
+        db,
+        "SELECT * FROM experiments WHERE run_id = ? AND wave_id IS NULL AND status = 'queued' "
+        "AND kind = 'candidate' ORDER BY id",
+        [run_id],
+    )
+
+
+def measured_count(db: sqlite_utils.Database, run_id: int) -> int:
+    """Candidates measured, as `max_experiments` counts them: a retry is the same experiment again,
+    and a repair attempt that never reached a benchmark (no sample, over) was not measured."""
+    found = one(
+        db,
+        "SELECT count(*) AS n FROM experiments e LEFT JOIN patches p ON p.id = e.patch_id "
+        "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.retry_of IS NULL "
+        "AND NOT (p.repair_of IS NOT NULL AND e.status NOT IN ('queued', 'running') "
+        "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.experiment_id = e.id))",
+        [run_id],
+    )
+    return int(found["n"]) if found else 0
+
+
+def kept_not_committed(db: sqlite_utils.Database, wave_id: int) -> list[dict[str, Any]]:
+    """The wave's kept candidates without a winner row yet, largest effect first (commit order)."""
+    return rows(
+        db,
+        "SELECT e.*, d.effect FROM experiments e JOIN decisions d ON d.experiment_id = e.id "
+        "AND d.is_final = 1 AND d.origin = 'runner' "
+        "WHERE e.wave_id = ? AND e.status = 'kept' AND e.kind = 'candidate' "
+        "AND NOT EXISTS (SELECT 1 FROM winners w WHERE w.experiment_id = e.id) "
+        "ORDER BY d.effect DESC, e.id",
+        [wave_id],
+    )
+
+
+def ids_in_wave(db: sqlite_utils.Database, wave_id: int) -> list[int]:
+    return [
+        int(r["id"]) for r in rows(db, "SELECT id FROM experiments WHERE wave_id = ? ORDER BY id", [wave_id])
+    ]
+
+
+def live_among(db: sqlite_utils.Database, ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Those of these experiments still queued or running, in id order."""
+    if not ids:
+        return []
+    marks = ", ".join("?" for _ in ids)
+    return rows(
+        db,
+        f"SELECT * FROM experiments WHERE id IN ({marks}) AND status IN ('queued', 'running') ORDER BY id",
+        list(ids),
+    )
+
+
+def busy_workers(db: sqlite_utils.Database, run_id: int) -> set[int]:
+    found = rows(
+        db,
+        "SELECT worker_id FROM experiments WHERE run_id = ? AND status = 'running' AND worker_id IS NOT NULL",
+        [run_id],
+    )
+    return {int(r["worker_id"]) for r in found}

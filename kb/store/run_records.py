@@ -49,6 +49,11 @@ class RunUpdate(TypedDict, total=False):
     error: str | None
     ended_at: float | None
     heartbeat_at: float | None
+    budget: dict[str, Any]
+    phase: str | None
+    """researching, patching, measuring, reflecting (kb.vocabulary.PHASES); None when idle or over."""
+    stop_reason: str | None
+    steering: dict[str, Any]
 
 
 def create(db: sqlite_utils.Database, run: NewRun) -> int:
@@ -133,4 +138,24 @@ def winner_rows(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
         "SELECT experiment_id, commit_sha, patch_file, position FROM winners "
         "WHERE run_id = ? ORDER BY position",
         [run_id],
+    )
+
+
+def winners_with_patches(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+    """The run's winners in stacking order with their patch text and title (the final stage)."""
+    return rows(
+        db,
+        "SELECT w.*, p.diff, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
+        "JOIN patches p ON p.id = e.patch_id WHERE w.run_id = ? ORDER BY w.position",
+        [run_id],
+    )
+
+
+def winner_by_commit(db: sqlite_utils.Database, sha: str) -> dict[str, Any] | None:
+    """The winner committed as `sha`, with its experiment's title."""
+    return one(
+        db,
+        "SELECT w.experiment_id, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
+        "WHERE w.commit_sha = ?",
+        [sha],
     )

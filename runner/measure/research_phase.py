@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kb.db import one, rows, update
+from kb.store import events, run_records, waves
 from runner.measure.common import Stop
 from runner.measure.scheduler import Scheduler
 from runner.research_io import ResearchReport, ResearchRequest
@@ -31,24 +31,22 @@ class Researching(Scheduler):
         return bool(chosen) if chosen is not None else self.settings.autopilot.enabled
 
     def _set_phase(self, phase: str | None) -> None:
-        update(self.db, "runs", self.run_id, {"phase": phase})
+        run_records.update(self.db, self.run_id, {"phase": phase})
 
     def _research_number(self) -> int:
         """This run's next research phase: one more than those that finished."""
-        done = one(
-            self.db,
-            "SELECT count(*) AS n FROM events WHERE run_id = ? AND kind = 'research_done'",
-            [self.run_id],
-        )
-        return (done["n"] if done else 0) + 1
+        return events.count(self.db, self.run_id, "research_done") + 1
+
+    @property
+    def has_model(self) -> bool:
+        return bool(self.options.model or self.settings.llm.model)
 
     def _needs_research(self) -> bool:
-        """Before the first wave, and whenever fewer candidates are ready than workers."""
-        return (
-            self.autopilot
-            and self.research is not None
-            and len(self._runnable(self.parallel)) < self.parallel
-        )
+        """Before the first wave, and whenever fewer candidates are ready than workers (the
+        autopilot; a plain run with a model only repairs and ports its own candidates then)."""
+        if self.research is None or not (self.autopilot or self.has_model):
+            return False
+        return len(self._runnable(self.parallel)) < self.parallel
 
     def _research_phase(self) -> ResearchReport | None:
         if not self._needs_research():
@@ -57,20 +55,13 @@ class Researching(Scheduler):
         self._housekeeping()  # a pause or stop sent meanwhile is read first
         number = self._research_number()
         steering = self._steering()
-        last_wave = one(
-            self.db,
-            "SELECT id FROM waves WHERE run_id = ? AND status = 'finished' ORDER BY number DESC LIMIT 1",
-            [self.run_id],
-        )
-        waves_done = one(
-            self.db, "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status = 'finished'", [self.run_id]
-        )
+
         request = ResearchRequest(
             run_id=self.run_id,
             phase=number,
             want=max(1, self.parallel - len(self._runnable(self.parallel))),
-            waves_done=waves_done["n"] if waves_done else 0,
-            last_wave_id=last_wave["id"] if last_wave else None,
+            waves_done=waves.count(self.db, self.run_id, finished_only=True),
+            last_wave_id=waves.last_finished_id(self.db, self.run_id),
             repairs=self.settings.autopilot.repairs,
             model=self.options.model,
             api_base=self.options.api_base,
@@ -105,13 +96,7 @@ class Researching(Scheduler):
         if not self.autopilot:
             return None
         patience = self.settings.autopilot.patience
-        waves: list[dict[str, Any]] = rows(
-            self.db,
-            "SELECT w.number, (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id "
-            "AND e.status = 'kept' AND e.kind = 'candidate') AS kept "
-            "FROM waves w WHERE w.run_id = ? AND w.status = 'finished' ORDER BY w.number DESC LIMIT ?",
-            [self.run_id, patience],
-        )
-        if len(waves) >= patience and not any(w["kept"] for w in waves):
+        keeps = waves.recent_keeps(self.db, self.run_id, patience)
+        if len(keeps) >= patience and not any(keeps):
             return Stop("plateau", f"plateau: {patience} waves in a row without a keep")
         return None

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kb.db import now, transaction, update
+from kb.db import now, transaction
+from kb.store import run_records
 from runner.fleet import make_fleet
 from runner.measure.common import (
     RunFailed,
@@ -87,9 +88,8 @@ class Runner(Recovery):
             summary = json.loads(run["summary"] or "{}")
             if stopped_by:
                 summary["stopped_by"] = stopped_by
-            update(
+            run_records.update(
                 self.db,
-                "runs",
                 self.run_id,
                 {
                     "status": status,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kb.db import now, one, rows, transaction, update
+from kb.db import now, transaction
 from kb.errors import UserError
+from kb.store import experiments, hypotheses, jobs, run_records
 from runner.fleet import Worker
 from runner.harness import patchpaths
 from runner.harness.prepare import (
@@ -38,19 +39,8 @@ class Scheduler(Steering):
                     progressed |= self._poll(active, family)
             # Requeued retries join the family they were created for.
             if family is not None:
-                ids |= {
-                    e["id"] for e in rows(self.db, "SELECT id FROM experiments WHERE wave_id = ?", [family])
-                }
-            live = (
-                rows(
-                    self.db,
-                    f"SELECT * FROM experiments WHERE id IN ({','.join('?' for _ in ids)}) "
-                    "AND status IN ('queued', 'running') ORDER BY id",
-                    list(ids),
-                )
-                if ids
-                else []
-            )
+                ids |= set(experiments.ids_in_wave(self.db, family))
+            live = experiments.live_among(self.db, sorted(ids))
             if not live and not any(a.experiment_id in ids for a in self.active.values()):
                 return
             for exp in live:
@@ -62,15 +52,7 @@ class Scheduler(Steering):
 
     def _idle_worker(self) -> Worker | None:
         assert self.fleet is not None
-        busy = {
-            r["worker_id"]
-            for r in rows(
-                self.db,
-                "SELECT worker_id FROM experiments WHERE run_id = ? AND status = 'running' "
-                "AND worker_id IS NOT NULL",
-                [self.run_id],
-            )
-        }
+        busy = experiments.busy_workers(self.db, self.run_id)
         for worker in self.fleet.workers():
             if worker.id not in busy and worker.status in ("ready", "busy"):
                 return worker
@@ -96,9 +78,8 @@ class Scheduler(Steering):
             return True
         # running, between batches (or just recovered)
         worker = self._worker_of(exp)
-        last = one(
-            self.db, "SELECT * FROM jobs WHERE experiment_id = ? ORDER BY batch DESC LIMIT 1", [exp["id"]]
-        )
+        batches = jobs.of_experiment(self.db, exp["id"])
+        last = batches[-1] if batches else None
         if self.stopping:
             self._finish_experiment(exp["id"], "cancelled", "stopped")
             return True
@@ -118,7 +99,7 @@ class Scheduler(Steering):
             return True
         trees = self.exp_dir(exp["id"])
         if not (trees / A_DIR).exists() or not (trees / B_DIR).exists():
-            if last is not None and last["status"] != "lost":
+            if last is not None and last.status != "lost":
                 # Built trees held between batches are gone: the pairs so far cannot go on.
                 self._lose(exp, "its trees are gone")
                 return True
@@ -186,12 +167,7 @@ class Scheduler(Steering):
         shas = gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}", "--", *paths).split()
         shas = shas or gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}").split()
         for sha in shas:
-            found = one(
-                self.db,
-                "SELECT w.experiment_id, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
-                "WHERE w.commit_sha = ?",
-                [sha],
-            )
+            found = run_records.winner_by_commit(self.db, sha)
             if found is not None:
                 return f"winner exp {found['experiment_id']} ({sha[:12]}: {found['title'][:60]})"
         return f"commit {shas[0][:12]}" if shas else None
@@ -201,9 +177,7 @@ class Scheduler(Steering):
         exp_id = exp["id"]
         baseline = exp["baseline_commit"]
         candidate = exp["candidate_commit"]
-        patch = (
-            one(self.db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
-        )
+        patch = hypotheses.patch_row(self.db, exp["patch_id"]) if exp["patch_id"] else None
         if patch is not None:
             # What git would apply onto this baseline, not what the patch's headers say.
             try:
@@ -223,9 +197,8 @@ class Scheduler(Steering):
                         return False
         assert candidate is not None
         with transaction(self.db):
-            update(
+            experiments.update(
                 self.db,
-                "experiments",
                 exp_id,
                 {
                     "status": "running",

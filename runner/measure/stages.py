@@ -7,8 +7,9 @@ import os
 from typing import Any
 
 from kb import gitrepo
-from kb.db import insert, now, one, rows, transaction, update
+from kb.db import now, transaction
 from kb.errors import UserError
+from kb.store import decisions, experiments, run_records, waves
 from kb.vocabulary import SELF_TEST_STATUSES
 from runner.harness import patchpaths
 from runner.measure.common import (
@@ -20,6 +21,9 @@ from runner.measure.common import (
     Stop,
 )
 from runner.measure.research_phase import Researching
+
+FINAL_KINDS = ("stack", "ablation")
+"""The final stage's experiments: the winners stacked, and each one left out."""
 
 
 class Stages(Researching):
@@ -54,14 +58,9 @@ class Stages(Researching):
             self._self_test()
             if stop := self._budget_stop():
                 return stop
-        waves_done = one(
-            self.db,
-            "SELECT count(*) AS n FROM waves WHERE run_id = ? AND status != 'running'",
-            [self.run_id],
-        )
-        done = waves_done["n"] if waves_done else 0  # --waves counts across a resume
+        done = waves.count(self.db, self.run_id)  # --waves counts across a resume
         while True:
-            wave = one(self.db, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [self.run_id])
+            wave = waves.running(self.db, self.run_id)
             if wave is None:
                 if self.options.waves is not None and done >= self.options.waves:
                     return Stop("waves", f"waves: {done}")
@@ -83,17 +82,10 @@ class Stages(Researching):
                 return stop
 
     def _cancel_live(self, reason: str) -> None:
-        for exp in rows(
-            self.db,
-            "SELECT id FROM experiments WHERE run_id = ? AND status IN ('queued', 'running')",
-            [self.run_id],
-        ):
-            self._finish_experiment(exp["id"], "cancelled", reason)
+        for exp_id in experiments.ids_of_run(self.db, self.run_id, LIVE):
+            self._finish_experiment(exp_id, "cancelled", reason)
         with transaction(self.db):
-            self.db.execute(
-                "UPDATE waves SET status = 'cancelled', ended_at = ? WHERE run_id = ? AND status = 'running'",
-                [now(), self.run_id],
-            )
+            waves.cancel_running(self.db, self.run_id, now())
 
     def _self_test_done(self) -> bool:
         if not self.options.self_test:
@@ -102,7 +94,7 @@ class Stages(Researching):
         return bool(run["self_test"] and json.loads(run["self_test"]).get("passed"))
 
     def _pending_work(self) -> bool:
-        if one(self.db, "SELECT id FROM waves WHERE run_id = ? LIMIT 1", [self.run_id]):
+        if waves.any_of(self.db, self.run_id):
             return True
         return bool(self._runnable(1))
 
@@ -110,11 +102,7 @@ class Stages(Researching):
         """A/A before the first wave. A statistical difference is measured once more (two chance
         failures in a row have probability alpha**2); a crash or failing checks end the run."""
         while True:
-            attempts = rows(
-                self.db,
-                "SELECT * FROM experiments WHERE run_id = ? AND kind = 'self_test' ORDER BY id",
-                [self.run_id],
-            )
+            attempts = experiments.of_run_kinds(self.db, self.run_id, ["self_test"])
             done = [e for e in attempts if e["status"] in FINAL]
             results = [self._self_test_result(e) for e in done]
             if results and results[-1].get("passed"):
@@ -156,42 +144,23 @@ class Stages(Researching):
         size = self.wave_size
         cap = self.budget.get("max_experiments")
         if cap is not None:
-            # Experiments measured: a retry is the same experiment again, and a repair attempt that
-            # never reached a benchmark (no sample, over) was not measured.
-            used = one(
-                self.db,
-                "SELECT count(*) AS n FROM experiments e LEFT JOIN patches p ON p.id = e.patch_id "
-                "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.retry_of IS NULL "
-                "AND NOT (p.repair_of IS NOT NULL AND e.status NOT IN ('queued', 'running') "
-                "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.experiment_id = e.id))",
-                [self.run_id],
-            )
-            size = min(size, cap - (used["n"] if used else 0))
+            size = min(size, cap - experiments.measured_count(self.db, self.run_id))
             if size <= 0:
                 self._spend(Stop("max_experiments", f"max experiments ({cap})"))
                 return None
-        carried = rows(
-            self.db,
-            "SELECT * FROM experiments WHERE run_id = ? AND wave_id IS NULL AND status = 'queued' "
-            "AND kind = 'candidate' ORDER BY id",
-            [self.run_id],
-        )
+        carried = experiments.carried(self.db, self.run_id)
         patches = self._runnable(max(0, size - len(carried)))
         if not carried and not patches:
             return None
         head = self.head()
         with transaction(self.db):
-            number_row = one(
-                self.db, "SELECT coalesce(max(number), 0) + 1 AS n FROM waves WHERE run_id = ?", [self.run_id]
-            )
-            number = number_row["n"] if number_row else 1
-            wave_id = insert(
+            number = waves.next_number(self.db, self.run_id)
+            wave_id = waves.create(
                 self.db,
-                "waves",
                 {"run_id": self.run_id, "number": number, "baseline_commit": head, "started_at": now()},
             )
             for exp in carried:
-                update(self.db, "experiments", exp["id"], {"wave_id": wave_id, "baseline_commit": head})
+                experiments.update(self.db, exp["id"], {"wave_id": wave_id, "baseline_commit": head})
             for patch in patches:
                 self._create_experiment(
                     kind="candidate",
@@ -205,30 +174,17 @@ class Stages(Researching):
                 f"wave {number}: {len(carried) + len(patches)} experiments against {head[:12]}",
                 data={"wave": wave_id},
             )
-        wave = one(self.db, "SELECT * FROM waves WHERE id = ?", [wave_id])
+        wave = waves.get(self.db, wave_id)
         assert wave is not None
         self._say(f"wave {number}: {len(carried) + len(patches)} experiments against {head[:12]}")
         return wave
 
     def _wave(self, wave: dict[str, Any]) -> None:
-        members = [
-            e["id"]
-            for e in rows(self.db, "SELECT id FROM experiments WHERE wave_id = ? ORDER BY id", [wave["id"]])
-        ]
-        self._drive(members, family=wave["id"])
-        kept = rows(
-            self.db,
-            "SELECT e.*, d.effect FROM experiments e JOIN decisions d ON d.experiment_id = e.id "
-            "AND d.is_final = 1 AND d.origin = 'runner' "
-            "WHERE e.wave_id = ? AND e.status = 'kept' AND e.kind = 'candidate' "
-            "AND NOT EXISTS (SELECT 1 FROM winners w WHERE w.experiment_id = e.id) "
-            "ORDER BY d.effect DESC, e.id",
-            [wave["id"]],
-        )
-        for exp in kept:
+        self._drive(experiments.ids_in_wave(self.db, wave["id"]), family=wave["id"])
+        for exp in experiments.kept_not_committed(self.db, wave["id"]):
             self._commit_winner(exp)
         with transaction(self.db):
-            update(self.db, "waves", wave["id"], {"status": "finished", "ended_at": now()})
+            waves.update(self.db, wave["id"], {"status": "finished", "ended_at": now()})
         self._say(f"wave {wave['number']} done; baseline now {self.head()[:12]}")
         self._reflect(wave)
 
@@ -255,7 +211,7 @@ class Stages(Researching):
         except patchpaths.ProtectedPath as exc:
             # Never on the branch nor in patches/: the experiment's verdict is withdrawn.
             with transaction(self.db):
-                update(self.db, "experiments", exp["id"], {"status": "refused", "reason": str(exc)})
+                experiments.update(self.db, exp["id"], {"status": "refused", "reason": str(exc)})
                 self._event("experiment_refused", str(exc), level="warning", exp_id=exp["id"])
             self._say(f"  exp {exp['id']}: refused at commit ({exc})")
             return
@@ -275,20 +231,11 @@ class Stages(Researching):
         self._say(f"  winner: exp {exp['id']} as {record.commit_sha[:12]} ({record.patch_file.name})")
 
     def _final_stage(self) -> None:
-        winners = rows(
-            self.db,
-            "SELECT w.*, p.diff, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
-            "JOIN patches p ON p.id = e.patch_id WHERE w.run_id = ? ORDER BY w.position",
-            [self.run_id],
-        )
+        winners = run_records.winners_with_patches(self.db, self.run_id)
         if not winners:
             return
         head = self.head()
-        existing = rows(
-            self.db,
-            "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation')",
-            [self.run_id],
-        )
+        existing = experiments.of_run_kinds(self.db, self.run_id, FINAL_KINDS)
         if not existing:
             # The trees each ablation measures: the other winners applied onto the original
             # baseline (git objects only). Then all the experiments at once, so a runner killed
@@ -335,11 +282,7 @@ class Stages(Researching):
                             detail="the other winners do not apply without it",
                             cleanup=False,
                         )
-            existing = rows(
-                self.db,
-                "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation')",
-                [self.run_id],
-            )
+            existing = experiments.of_run_kinds(self.db, self.run_id, FINAL_KINDS)
         self._say(
             f"final: the {len(winners)} winners stacked against {self.baseline[:12]}"
             + (", and each left out" if len(winners) >= 2 else "")
@@ -347,23 +290,16 @@ class Stages(Researching):
         self._drive([e["id"] for e in existing])
         stack: dict[str, Any] | None = None
         ablation: list[dict[str, Any]] = []
-        for exp in rows(
-            self.db,
-            "SELECT * FROM experiments WHERE run_id = ? AND kind IN ('stack', 'ablation') ORDER BY id",
-            [self.run_id],
-        ):
-            d = one(
-                self.db,
-                "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1 ORDER BY id DESC",
-                [exp["id"]],
-            )
+        for exp in experiments.of_run_kinds(self.db, self.run_id, FINAL_KINDS):
+            found = decisions.latest(self.db, exp["id"])
+            d = found if found is not None and found.is_final else None
             entry = {
                 "experiment": exp["id"],
                 "status": exp["status"],
                 "reason": exp["reason"],
-                "effect": d["effect"] if d else None,
-                "ci": [d["ci_low"], d["ci_high"]] if d else None,
-                "pairs": d["pairs"] if d else 0,
+                "effect": d.effect if d else None,
+                "ci": [d.ci_low, d.ci_high] if d else None,
+                "pairs": d.pairs if d else 0,
             }
             if exp["kind"] == "stack":
                 stack = entry
@@ -373,6 +309,6 @@ class Stages(Researching):
         with transaction(self.db):
             run = self._run()
             current = json.loads(run["summary"] or "{}")
-            update(
-                self.db, "runs", self.run_id, {"summary": {**current, "stack": stack, "ablation": ablation}}
+            run_records.update(
+                self.db, self.run_id, {"summary": {**current, "stack": stack, "ablation": ablation}}
             )

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kb.db import now, one, rows, update
+from kb.db import now
 from kb.errors import UserError
+from kb.store import commands, experiments, run_records
 from kb.store.runs import dollars_spent
 from runner.measure.common import (
     FINAL,
@@ -37,7 +38,7 @@ class Steering(Jobs):
             self._last_beat = stamp
             assert self.fleet is not None
             cost = self.fleet.cost_usd()
-            update(self.db, "runs", self.run_id, {"heartbeat_at": stamp, "cost_usd": cost})
+            run_records.update(self.db, self.run_id, {"heartbeat_at": stamp, "cost_usd": cost})
         # The clock is checked on every poll, costs (database sums) with the heartbeat.
         if self._budget_reason is None:
             self._spend(self._budget_spent(costs=beat))
@@ -88,24 +89,20 @@ class Steering(Jobs):
             current[key] = [*notes, value][-10:]  # the newest ten: a prompt has room for them
         else:
             current[key] = value
-        update(self.db, "runs", self.run_id, {"steering": current})
+        run_records.update(self.db, self.run_id, {"steering": current})
 
     def _commands(self) -> None:
         from runner import hypotheses
 
-        for cmd in rows(self.db, "SELECT * FROM commands WHERE status = 'pending' ORDER BY id"):
+        for cmd in commands.pending(self.db):
             kind, target = cmd["kind"], cmd["target_id"]
             if cmd["target_kind"] == "run" and target not in (None, self.run_id):
                 continue
             if cmd["target_kind"] == "experiment":
-                exp = one(self.db, "SELECT * FROM experiments WHERE id = ?", [target])
+                exp = experiments.row(self.db, target)
                 if exp is not None and exp["run_id"] != self.run_id:
                     continue
-            claimed = self.db.execute(
-                "UPDATE commands SET status = 'done', handled_at = ? WHERE id = ? AND status = 'pending'",
-                [now(), cmd["id"]],
-            ).rowcount
-            if not claimed:
+            if not commands.claim(self.db, cmd["id"], now()):
                 continue
             args = json.loads(cmd["args"] or "{}")
             try:
@@ -113,7 +110,7 @@ class Steering(Jobs):
                 status = "done"
             except UserError as exc:
                 result, status = str(exc), "failed"
-            update(self.db, "commands", cmd["id"], {"status": status, "result": result})
+            commands.finish(self.db, cmd["id"], status, result)
             self._event(
                 "command",
                 f"{kind} {cmd['target_kind'] or ''} {target or ''}: {result}".strip(),
@@ -134,12 +131,12 @@ class Steering(Jobs):
             return f"hypothesis {target} priority {priority}"
         if kind == "pause":
             self.paused = True
-            update(self.db, "runs", self.run_id, {"status": "paused"})
+            run_records.update(self.db, self.run_id, {"status": "paused"})
             self._say("paused: running batches finish, nothing new starts")
             return "paused"
         if kind == "resume":
             self.paused = False
-            update(self.db, "runs", self.run_id, {"status": "running"})
+            run_records.update(self.db, self.run_id, {"status": "running"})
             self._say("resumed")
             return "resumed"
         if kind == "stop":
@@ -163,13 +160,13 @@ class Steering(Jobs):
             if not changed or not all(isinstance(v, int | float) and v > 0 for v in changed.values()):
                 raise UserError("budget: args need a positive 'usd' and/or 'minutes'")
             self.budget = {**self.budget, **changed}
-            update(self.db, "runs", self.run_id, {"budget": self.budget})
+            run_records.update(self.db, self.run_id, {"budget": self.budget})
             if self._budget_reason is not None and self._budget_spent() is None:
                 self._budget_reason = self._budget_token = None  # raised above what is spent: go on
             return "budget " + ", ".join(f"{k} {v:g}" for k, v in changed.items())
         if kind == "cancel":
             assert target is not None
-            exp = one(self.db, "SELECT * FROM experiments WHERE id = ?", [target])
+            exp = experiments.row(self.db, target)
             if exp is None:
                 raise UserError(f"experiment {target}: no such experiment")
             if exp["status"] in FINAL:

@@ -1,6 +1,7 @@
-"""The measuring loop's lifecycle modules and the importer hold no SQL: they write and read runs,
-waves, experiments, jobs, samples and decisions through kb/store, as the test fixtures do, so a
-schema change is made in kb/store alone."""
+"""The measuring loop (every module of runner/measure but the benchmark-script validation, which
+writes no loop table) and the importer hold no SQL: they write and read runs, waves, experiments,
+jobs, samples, decisions and commands through kb/store, as the test fixtures do, so a schema change
+is made in kb/store alone."""
 
 from __future__ import annotations
 
@@ -8,10 +9,7 @@ import ast
 
 from tests.foundation.sql_scan import ROOT, sql_lines
 
-FILES = [
-    ROOT / "runner" / "measure" / f"{name}.py"
-    for name in ("core", "decide", "jobs", "outcome", "recovery", "run")
-] + [ROOT / "runner" / "record" / "importer.py"]
+FILES = sorted((ROOT / "runner" / "measure").glob("*.py")) + [ROOT / "runner" / "record" / "importer.py"]
 
 # kb.db's row helpers take table and column names: a write through them is SQL by another name.
 # What the loop keeps of kb.db is the transaction, the clock and the event log.
