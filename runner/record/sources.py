@@ -3,7 +3,8 @@ provenance cite.
 
 Source refs are short strings used in commit trailers, patch headers and JSON alike:
 `https://...` (a paper), `passage:<evidence id>` (a passage of it), `fork:<name>@<sha>` (a fork
-commit), `gap:<evidence id>` (a backend fusion gap), `note:<text>`, `evidence:<id>` (anything else).
+commit), `gap:<evidence id>` (a backend fusion gap), `note:<text>`, `evidence:<id>` (anything else),
+`postmortem:<run>/wave<N>` (the post-mortem of the wave the research phase read when it proposed it).
 Below runner.record.history (whose experiments list their sources) and the winners and provenance
 modules, importing none of them.
 """
@@ -20,6 +21,17 @@ from runner.record.model import parse_json
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def suggesting_wave(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+    """The wave whose post-mortem the autopilot read when it proposed this hypothesis, if any."""
+    found = rows(
+        db,
+        "SELECT w.id, w.number, w.reflection_evidence_id, r.name AS run_name FROM hypotheses h "
+        "JOIN waves w ON w.id = h.wave_id JOIN runs r ON r.id = w.run_id WHERE h.id = ?",
+        [hypothesis_id],
+    )
+    return found[0] if found else None
 
 
 def evidence_rows(db: sqlite_utils.Database, hypothesis_id: int) -> list[dict[str, Any]]:
@@ -91,6 +103,9 @@ def source_refs(db: sqlite_utils.Database, hypothesis_id: int | None) -> list[st
     for ev in evidence_rows(db, hypothesis_id):
         for ref in evidence_refs(ev):
             found.setdefault(ref, None)
+    wave = suggesting_wave(db, hypothesis_id)
+    if wave is not None:
+        found.setdefault(f"postmortem:{one_line(wave['run_name'])}/wave{wave['number']}", None)
     return list(found)
 
 
@@ -108,4 +123,12 @@ def source_details(db: sqlite_utils.Database, hypothesis_id: int | None) -> list
         where = location(ev)
         detail = " - ".join(part for part in (what, where) if part)
         found.setdefault(f"{' '.join(evidence_refs(ev))}{'  ' + detail if detail else ''}", None)
+    wave = suggesting_wave(db, hypothesis_id)
+    if wave is not None:
+        note = f" (note {wave['reflection_evidence_id']})" if wave["reflection_evidence_id"] else ""
+        found.setdefault(
+            f"postmortem:{one_line(wave['run_name'])}/wave{wave['number']}  suggested by the post-mortem "
+            f"of wave {wave['number']} of run {one_line(wave['run_name'])}{note}",
+            None,
+        )
     return list(found)

@@ -2,15 +2,15 @@
 (tests/runner/research_support.ScriptedLLM) whose answers depend on what the loop asks, as a model's
 would, across the waves of one run on the runner's small C target (tests/runner/runner_target.py):
 
-- research phase 1: a SIMD micro-tuning of the hash loop (really a slowdown: discarded), and a
-  fusion of the warm-up into the measured work citing a paper passage, whose first patch does not
-  compile (repaired from the compiler's error, then kept);
-- the post-mortem of wave 1: memory-bound, stop micro-tuning;
-- research phase 2: halve the warm-up (written against the original baseline; a winner on the
-  same line makes it conflict later, and it is ported);
-- research phase 3: the SIMD idea again, once marked as a repeat by the model and once as a new
+- research phase 1: a SIMD micro-tuning of the hash loop (really a slowdown: discarded in wave 1);
+- the post-mortem of wave 1: memory-bound, stop micro-tuning compute, cut memory traffic;
+- research phase 2 (reading that post-mortem): fuse the warm-up pass into the measured work,
+  citing a paper passage (kept: the winner); halve the warm-up (kept in the same wave, but on the
+  line the winner changed: a conflict, then ported); tile the loop, whose first patch does not
+  compile (repaired from the compiler's error);
+- research phase 3: the SIMD idea again, once marked as a repeat by the model and once under a new
   title whose patch makes the same change (the novelty check catches it);
-- then nothing new.
+- then nothing new: the port and the repair are no gains, and the loop stops on its plateau.
 
 Every answer is derived from the request (the hypothesis named in it, the results table, whether
 a repair or port is asked), never from a call counter, so a resumed run gets the same answers."""
@@ -27,9 +27,10 @@ from tests.runner.runner_target import PROG
 SIMD = "Vectorise the hash loop with SIMD intrinsics"
 FUSE = "Fuse the warm-up pass into the measured work"
 HALVE = "Halve the warm-up pass"
+TILE = "Tile the hash loop for cache reuse"
 UNROLL = "Unroll the hash loop by four"
 
-# The winner (the repaired fusion) removes the warm-up: the tree later patches are written against.
+# The winner (the fusion) removes the warm-up: the tree later patches are written against.
 WINNER_TREE = PROG.replace("    return 9 * n_iter;\n", "    return 0;\n")
 
 
@@ -43,22 +44,26 @@ def diff(before: str, old: str, new: str) -> str:
     return "".join(lines)
 
 
+REPS = "static int reps(void) {\n    return 3;\n"
 PATCHES = {
-    # 3 -> 6 repetitions: the "SIMD" change makes the work slower (discarded).
-    SIMD: diff(PROG, "static int reps(void) {\n    return 3;\n", "static int reps(void) {\n    return 6;\n"),
-    # The fusion's first attempt does not compile; its repair removes the warm-up (4x faster: kept).
-    "fuse-broken": diff(PROG, "    return 9 * n_iter;\n", "    return 0 n_iter;\n"),
+    # 3 -> 12 repetitions: the "SIMD" change makes the work much slower (discarded).
+    SIMD: diff(PROG, REPS, "static int reps(void) {\n    return 12;\n"),
+    # No warm-up pass at all: 4x less work (kept).
     FUSE: diff(PROG, "    return 9 * n_iter;\n", "    return 0;\n"),
     # Written against the original baseline, on the line the winner changes: a conflict after it.
-    HALVE: diff(PROG, "    return 9 * n_iter;\n", "    return 4 * n_iter;\n"),
-    # The port onto the winner's tree: there is no warm-up left to halve; document reps() instead.
+    # (9 -> 3 passes: twice as fast, clearly kept, and clearly less than the fusion's 4x.)
+    HALVE: diff(PROG, "    return 9 * n_iter;\n", "    return 3 * n_iter;\n"),
+    # The port onto the winner's tree: there is no warm-up left to halve; a comment says so.
     "halve-port": diff(
-        WINNER_TREE, "static int reps(void) {\n", "/* Work repetitions. */\nstatic int reps(void) {\n"
+        WINNER_TREE,
+        "static unsigned long warmup_iters(void) {\n",
+        "/* No warm-up left. */\nstatic unsigned long warmup_iters(void) {\n",
     ),
+    # The tiling's first attempt does not compile; its repair is a harmless comment.
+    "tile-broken": diff(PROG, REPS, "static int reps(void) {\n    int tile = ;\n    return 3;\n"),
+    TILE: diff(WINNER_TREE, REPS, "/* Tiled: one pass per tile. */\n" + REPS),
     # The same change as SIMD's patch (against the winner's tree, so it applies), another title.
-    UNROLL: diff(
-        WINNER_TREE, "static int reps(void) {\n    return 3;\n", "static int reps(void) {\n    return 6;\n"
-    ),
+    UNROLL: diff(WINNER_TREE, REPS, "static int reps(void) {\n    return 12;\n"),
 }
 
 
@@ -120,21 +125,24 @@ class Agent:
             found = [
                 _hypothesis(
                     SIMD, "Use wider vector instructions for the hash chain loop body.", self.passage, 0.1
-                ),
-                _hypothesis(
-                    FUSE,
-                    "The paper shows the warm-up pass re-reads the same data: fuse it away to halve traffic.",
-                    self.passage,
-                    0.5,
-                ),
-            ]
-        elif HALVE not in existing:
-            found = [
-                _hypothesis(
-                    HALVE, "Half the warm-up passes, half the memory traffic of that pass.", self.passage, 0.2
                 )
             ]
-        elif UNROLL not in existing:
+        elif FUSE not in existing and "memory bandwidth" in user:  # the post-mortem was read
+            found = [
+                _hypothesis(
+                    FUSE,
+                    "The paper shows the warm-up pass re-reads the same data: fuse it away to cut traffic.",
+                    self.passage,
+                    0.6,
+                ),
+                _hypothesis(
+                    HALVE, "Half the warm-up passes, half the memory traffic of that pass.", self.passage, 0.3
+                ),
+                _hypothesis(
+                    TILE, "Tiling keeps the hash state in cache across repetitions.", self.passage, 0.1
+                ),
+            ]
+        elif FUSE in existing and UNROLL not in existing:
             found = [
                 _hypothesis(
                     SIMD + " again", "Retry the wider vectors.", self.passage, 0.1, repeat_of=existing[SIMD]
@@ -149,8 +157,8 @@ class Agent:
         title = re.search(r"Hypothesis \d+: (.+)", user)
         assert title is not None, user[:300]
         name = title.group(1).strip()
-        if name == FUSE:
-            key = FUSE if "did not build" in user else "fuse-broken"
+        if name == TILE:
+            key = TILE if "did not build" in user else "tile-broken"
         elif name == HALVE:
             key = "halve-port" if "Rebase it" in user else HALVE
         else:

@@ -22,7 +22,7 @@ from kb.db import insert, now, one, rows, transaction
 from kb.workspace import Workspace
 from runner import autopilot
 from runner.measure.run import RunOptions
-from tests.runner.autopilot_agent import FUSE, HALVE, SIMD, UNROLL, Agent
+from tests.runner.autopilot_agent import FUSE, HALVE, SIMD, TILE, UNROLL, Agent
 from tests.runner.research_support import ScriptedLLM
 from tests.runner.runner_target import git, make_workspace, must
 
@@ -96,43 +96,64 @@ def test_the_loop_reads_measures_reflects_repairs_ports_and_stops_on_a_plateau(t
     run = must(one(db, "SELECT * FROM runs WHERE id = ?", [summary.run_id]))
     assert (run["status"], run["stop_reason"]) == ("finished", "plateau"), "\n".join(lines)
     h = by_title(db)
+    wave_of = {
+        w["id"]: w["number"]
+        for w in rows(db, "SELECT id, number FROM waves WHERE run_id = ?", [summary.run_id])
+    }
 
-    # Wave 1: the SIMD micro-tuning is measured and discarded.
+    # Wave 1: the SIMD micro-tuning, proposed before any wave, is measured and discarded.
     simd = experiments_of(db, h[SIMD]["id"])
-    assert [e["status"] for e in simd] == ["discarded"]
-    # The post-mortem says memory-bound, and the next research prompt carries it and the result.
+    assert [(e["status"], wave_of[e["wave_id"]]) for e in simd] == [("discarded", 1)]
+    assert h[SIMD]["wave_id"] is None
+    # The post-mortem says memory-bound; the next research prompt carries it and the result.
     notes = rows(db, "SELECT body FROM evidence WHERE kind = 'note' ORDER BY id")
     assert "memory bandwidth" in notes[0]["body"]
-    research_prompts = [r for r in llm.requests if "hypotheses, best first" in json.dumps(r["messages"])]
-    second = json.dumps(research_prompts[1]["messages"])
-    assert "memory bandwidth" in second and f"#{h[SIMD]['id']} exp {simd[0]['id']}" in second
-    assert "discarded" in second
+    prompts = [
+        json.dumps(r["messages"])
+        for r in llm.requests
+        if "hypotheses, best first" in json.dumps(r["messages"])
+    ]
+    assert "memory bandwidth" in prompts[1] and f"#{h[SIMD]['id']} exp {simd[0]['id']}" in prompts[1]
 
-    # The fusion cites the paper passage; its first patch did not build, the repair got the
-    # compiler's error, is linked to it, and was kept: the winner.
+    # Wave 2: the fusion, proposed after that post-mortem and citing the paper passage, is kept;
+    # its commit names the hypothesis, the passage and the wave whose post-mortem suggested it.
     fuse = h[FUSE]
-    assert [
-        r["evidence_id"]
-        for r in rows(db, "SELECT * FROM hypothesis_evidence WHERE hypothesis_id = ?", [fuse["id"]])
-    ] == [passage]
-    attempts = experiments_of(db, fuse["id"])
-    assert [(e["status"], e["reason"]) for e in attempts] == [("crashed", "build"), ("kept", None)]
-    patches = rows(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id", [fuse["id"]])
-    assert len(patches) == 2 and patches[1]["repair_of"] == patches[0]["id"]
-    assert patches[1]["from_experiment"] == attempts[0]["id"]
-    repair_call = must(one(db, "SELECT * FROM llm_calls WHERE purpose = 'repair' AND error IS NULL"))
-    assert "error" in repair_call["prompt"] and "n_iter" in repair_call["prompt"]  # the compiler's words
+    first_wave = next(i for i, n in wave_of.items() if n == 1)
+    assert fuse["wave_id"] == first_wave
+    cited = rows(db, "SELECT evidence_id FROM hypothesis_evidence WHERE hypothesis_id = ?", [fuse["id"]])
+    assert [r["evidence_id"] for r in cited] == [passage]
+    kept = experiments_of(db, fuse["id"])
+    assert [(e["status"], wave_of[e["wave_id"]]) for e in kept] == [("kept", 2)]
     winner = must(one(db, "SELECT * FROM winners WHERE run_id = ?", [summary.run_id]))
-    assert winner["experiment_id"] == attempts[1]["id"]
+    assert winner["experiment_id"] == kept[0]["id"]
+    message = git(Path(ws.mirror_path), "log", "-1", "--format=%B", winner["commit_sha"])
+    assert f"Hypothesis {fuse['id']}: {FUSE}" in message
+    assert f"passage:{passage}" in message and "https://example.invalid/traffic" in message
+    assert (
+        f"postmortem:{run['name']}/wave1" in message and "suggested by the post-mortem of wave 1" in message
+    )
+    assert f"postmortem:{run['name']}/wave1" in (ws.root / winner["patch_file"]).read_text()
 
     # Halving the warm-up was kept in the same wave but conflicts with the winner: `conflict`
     # naming it, the hypothesis waited as needs_port, and the port was measured in a later wave.
     halve = experiments_of(db, h[HALVE]["id"])
     conflict = next(e for e in halve if e["status"] == "conflict")
-    assert f"winner exp {attempts[1]['id']}" in conflict["reason"]
+    assert f"winner exp {kept[0]['id']}" in conflict["reason"]
     port = must(one(db, "SELECT * FROM patches WHERE from_experiment = ?", [conflict["id"]]))
     ported = next(e for e in halve if e["patch_id"] == port["id"])
-    assert ported["wave_id"] != conflict["wave_id"] and ported["status"] in ("discarded", "inconclusive")
+    assert wave_of[ported["wave_id"]] > wave_of[conflict["wave_id"]]
+    assert ported["status"] in ("discarded", "inconclusive")
+
+    # The tiling's first patch did not build; the repair got the compiler's error, is linked to
+    # the failed patch and experiment, and was measured.
+    attempts = experiments_of(db, h[TILE]["id"])
+    assert [(e["status"], e["reason"]) for e in attempts][0] == ("crashed", "build")
+    assert attempts[1]["status"] in ("discarded", "inconclusive")
+    patches = rows(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id", [h[TILE]["id"]])
+    assert len(patches) == 2 and patches[1]["repair_of"] == patches[0]["id"]
+    assert patches[1]["from_experiment"] == attempts[0]["id"]
+    repair_call = must(one(db, "SELECT * FROM llm_calls WHERE purpose = 'repair' AND error IS NULL"))
+    assert "error" in repair_call["prompt"] and "tile" in repair_call["prompt"]  # the compiler's words
 
     # The SIMD idea again: once the model said so (not queued), once under another title with the
     # same change (marked a repeat, never run).
@@ -144,11 +165,8 @@ def test_the_loop_reads_measures_reflects_repairs_ports_and_stops_on_a_plateau(t
     ]
     assert sum(d["repeats"] for d in done) == 2
     assert sum(d["repaired"] for d in done) == 1 and sum(d["ported"] for d in done) == 1
-    # Hypotheses say which wave's post-mortem they answer.
-    first_wave = must(one(db, "SELECT id FROM waves WHERE run_id = ? AND number = 1", [summary.run_id]))
-    assert h[HALVE]["wave_id"] == first_wave["id"] and h[SIMD]["wave_id"] is None
-    # Every model call is logged with the run; phases are recorded.
-    assert not rows(db, "SELECT id FROM llm_calls WHERE run_id IS NOT ? ", [summary.run_id])
+    # Every model call is logged with the run; the run's phase is cleared at its end.
+    assert not rows(db, "SELECT id FROM llm_calls WHERE run_id IS NOT ?", [summary.run_id])
     assert run["phase"] is None
 
 
@@ -251,7 +269,7 @@ def test_kill_9_in_a_research_phase_then_resume_pays_no_step_twice(tmp_path: Pat
     run = must(one(db, "SELECT * FROM runs ORDER BY id DESC LIMIT 1"))
     assert run["status"] == "finished" and run["stop_reason"] is not None
     titles = [h["title"] for h in rows(db, "SELECT title FROM hypotheses")]
-    assert len(titles) == len(set(titles)) and SIMD in titles and FUSE in titles  # none twice, none lost
+    assert len(titles) == len(set(titles)) and SIMD in titles  # none twice, none lost
     # The query plan was answered and stored before the kill: the resumed phase did not ask again.
     assert agent.calls["queries"] == before["queries"] == 1
     replayed = rows(db, "SELECT message FROM events WHERE kind = 'llm.replayed'")
