@@ -43,7 +43,13 @@ class Stages(Researching):
 
     def _nothing_left(self) -> Stop:
         if self.autopilot:
-            return Stop("no_hypotheses", "no new hypotheses: the research phase found nothing to try")
+            hint = (
+                ""
+                if self.has_model
+                else " (no model: only the miners ran; add forks with `autoresearch kb add-fork`, "
+                "backends with `kb inventory`, or give --model)"
+            )
+            return Stop("no_hypotheses", f"no new hypotheses: the research phase found nothing to try{hint}")
         return Stop("queue_empty", "queue empty")
 
     def _waves(self) -> Stop:
