@@ -4,12 +4,14 @@ run and experiment steering commands it writes for the runner."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.store import research as _research_store
 from kb.store import runs as _run_store
 from kb.store.paging import version
+from kb.store.research import ResearchPhase, RunSteering
 from kb.store.runs import FleetExperiment, RunStatus, WorkerRow, current_run_id
 from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
 
@@ -24,6 +26,18 @@ class FleetSnapshot:
     experiments: list[FleetExperiment]
     """Live experiments (running, queued) first, then the most recent finished ones."""
     version: int
+    research: list[ResearchPhase] = field(default_factory=list)
+    """The run's research phases (the autopilot's), newest first."""
+    steering: RunSteering = RunSteering()
+    """The focus and avoid notes and the approval switch the run holds."""
+    approval_default: bool = False
+    """The config's hypotheses.require_approval (what approval None means)."""
+
+    @property
+    def approval(self) -> bool:
+        """Do generated hypotheses wait for a person in this run?"""
+        chosen = self.steering.approval
+        return self.approval_default if chosen is None else chosen
 
 
 def run_status(db: sqlite_utils.Database, run_id: int | None = None) -> RunStatus | None:
@@ -31,15 +45,30 @@ def run_status(db: sqlite_utils.Database, run_id: int | None = None) -> RunStatu
     return None if chosen is None else _run_store.run_status(db, chosen)
 
 
-def fleet(db: sqlite_utils.Database, run_id: int | None = None, *, finished: int = 30) -> FleetSnapshot:
-    """Workers and experiments of the current run (or `run_id`), for the live fleet pane."""
+def fleet(
+    db: sqlite_utils.Database,
+    run_id: int | None = None,
+    *,
+    finished: int = 30,
+    approval_default: bool = False,
+) -> FleetSnapshot:
+    """Workers, experiments and research phases of the current run (or `run_id`), for the live
+    fleet pane."""
     stamp = version(db)
     run = run_status(db, run_id)
     if run is None:
-        return FleetSnapshot(None, [], [], stamp)
+        return FleetSnapshot(None, [], [], stamp, approval_default=approval_default)
     workers = _run_store.run_workers(db, run.id)
     exps = _run_store.fleet_experiments(db, run.id, finished=finished)
-    return FleetSnapshot(run, workers, exps, stamp)
+    return FleetSnapshot(
+        run,
+        workers,
+        exps,
+        stamp,
+        research=_research_store.research_log(db, run.id),
+        steering=_research_store.run_steering(db, run.id),
+        approval_default=approval_default,
+    )
 
 
 def log_files(folder: str | None) -> list[str]:
@@ -101,11 +130,21 @@ def cancel_experiment(db: sqlite_utils.Database, experiment_id: int) -> int:
     return send_command(db, "cancel", experiment_id)
 
 
-def steer_run(db: sqlite_utils.Database, kind: str, run_id: int, now: float) -> int:
-    """pause, resume or stop a run whose runner is alive (a dead one would never read it)."""
+NOTE_KINDS = ("focus", "avoid", "approval", "budget")
+"""Steering a run's autopilot (runner/commands.py): the next research phase reads them."""
+
+
+def steer_run(
+    db: sqlite_utils.Database, kind: str, run_id: int, now: float, args: dict[str, Any] | None = None
+) -> int:
+    """pause, resume or stop a run whose runner is alive (a dead one would never read it); focus,
+    avoid, approval or budget it (`args` as runner.commands.send takes them). Those a run no runner
+    drives would never read go to whichever run comes next, as `autoresearch steer` sends them."""
     run = _run_store.run_status(db, run_id)
     if run is None:
         raise UserError(f"run {run_id}: no such run")
+    if kind in NOTE_KINDS:
+        return send_command(db, kind, run_id if run.runner_live(now) else None, args)
     if not run.runner_live(now):
         raise UserError(f"run {run.name}: no runner is driving it ({run.status}); nothing to {kind}")
     if kind == "pause" and run.status == "paused":

@@ -4,7 +4,7 @@ runner.queue_query and runner.hypotheses, as the CLI."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kb import vocabulary as _vocabulary
@@ -54,6 +54,10 @@ class HypothesisRow:
     """The rank's two weightiest reasons, in one line."""
     rank_lines: tuple[str, ...] = ()
     """Every part of the rank, one line each (runner.rank.explain)."""
+    wave: int | None = None
+    """The wave whose post-mortem the autopilot read when it proposed this idea."""
+    repeat_of: int | None = None
+    """The idea it repeats (already measured here: not run again)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +112,19 @@ def hypotheses(
 ) -> Page[HypothesisRow]:
     """The queue in the order the runner takes it (or the filter's sort), one page: the same query
     as `autoresearch hypotheses list` (runner.queue_query). `status` narrows `filters` when given."""
-    from dataclasses import replace
-
     from runner.queue_query import QueueFilter, queue_page
 
     flt = filters or QueueFilter()
     if status is not None:
         flt = replace(flt, status=status)
     page = queue_page(db, flt, offset=offset, limit=limit)
-    return Page([_hyp_row(r) for r in page.rows], page.offset, limit, page.total)
+    found = _hyp_store.origins(db, [r.id for r in page.rows])
+    return Page([_with_origin(_hyp_row(r), found) for r in page.rows], page.offset, limit, page.total)
+
+
+def _with_origin(row: HypothesisRow, found: dict[int, _hyp_store.HypothesisOrigin]) -> HypothesisRow:
+    origin = found.get(row.id)
+    return row if origin is None else replace(row, wave=origin.wave, repeat_of=origin.repeat_of)
 
 
 def parse_filter(text: str, sort: str = "rank", status: str | None = None) -> QueueFilter:
@@ -158,7 +166,7 @@ def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetai
         for x in found
     ]
     return HypothesisDetail(
-        row=_hyp_row(r),
+        row=_with_origin(_hyp_row(r), _hyp_store.origins(db, [hypothesis_id])),
         rationale=extra.rationale,
         risk=extra.risk,
         confidence=extra.confidence,

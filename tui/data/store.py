@@ -49,6 +49,7 @@ class Store:
         self.root = root.resolve()
         self._migrated = False
         self._lock = threading.Lock()
+        self._require_approval: bool | None = None
 
     @property
     def db_path(self) -> Path:
@@ -76,6 +77,17 @@ class Store:
             yield db
         finally:
             db.conn.close()
+
+    def require_approval(self) -> bool:
+        """The config's hypotheses.require_approval: what a run's approval switch is when no one
+        set it. Read once (a console restarts to see a new config, as for the policy)."""
+        if self._require_approval is None:
+            from kb.config import load_settings
+
+            self._require_approval = load_settings(
+                self.root / "autoresearch.toml"
+            ).hypotheses.require_approval
+        return self._require_approval
 
     def fallback_policy(self) -> dict[str, Any]:
         """The config's policy and metric, for runs whose stored policy lacks a key (as the CLI)."""
