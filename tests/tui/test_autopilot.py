@@ -53,7 +53,9 @@ async def test_run_line_and_research_log(app_on: AppFactory, tui_template: TuiFi
         assert cells[0][:10] == ["2", "-", "1", "1", "1", "-", "-", "-", "$0.0040", "1"]
         assert cells[1][:10] == ["1", "1", "2", "2", "-", "-", "1", "1", "$0.0123", "2"]
         assert cells[1][10] == "generate: one answer was not JSON"
-        assert str(table.border_title).startswith("Research (2 phases, $0.0163 in model calls)")
+        assert str(table.border_title) == (
+            "Research: 2 phases, $0.0163 in model calls · f focus, v avoid, a approval"
+        )
 
 
 @async_test

@@ -34,9 +34,10 @@ class FleetScreen(AppScreen):
         Binding("p", "pause", "Pause"),
         Binding("S", "stop", "Stop run"),
         Binding("R", "resume_run", "Resume interrupted", show=False),
-        Binding("f", "note('focus')", "Focus"),
-        Binding("v", "note('avoid')", "Avoid"),
-        Binding("a", "toggle_approval", "Approval"),
+        # The research log's title names these three (the footer has no room at 80 columns).
+        Binding("f", "note('focus')", "Focus the research", show=False),
+        Binding("v", "note('avoid')", "Avoid in the research", show=False),
+        Binding("a", "toggle_approval", "Approval on/off", show=False),
         Binding("x", "cancel_experiment", "Cancel"),
         Binding("l", "open_log", "Log"),
         Binding("c", "copy_id", "Copy id", show=False),
@@ -131,9 +132,14 @@ class FleetScreen(AppScreen):
         width = self.size.width or self.app.size.width
         research = self.query_one("#research-log", ResearchLog)
         run = snap.run
-        research.display = run is not None and (run.autopilot or bool(snap.research))
+        steering = snap.steering
+        research.display = run is not None and (
+            run.autopilot or bool(snap.research or steering.focus or steering.avoid)
+        )
         if research.display:
-            research.show(snap.research, snap.steering, snap.approval, width)
+            height = self.size.height or self.app.size.height
+            # A short terminal keeps room for the experiments: the newest phase only (it scrolls).
+            research.show(snap.research, steering, snap.approval, width, rows=4 if height >= 32 else 1)
 
         exps = self.query_one("#fleet-exps", DataTable)
         exps.clear(columns=True)

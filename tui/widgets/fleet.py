@@ -14,9 +14,6 @@ from tui.data import ResearchPhase, RunSteering
 from tui.format import clip
 from tui.widgets.common import cell, fit_columns, right
 
-ROWS = 4
-"""Research phases shown at once (the table scrolls for more)."""
-
 FOUND = (
     ("Mined", "mined"),
     ("Gen", "generated"),
@@ -39,7 +36,6 @@ def steering_line(steering: RunSteering, approval: bool, *, explicit: bool) -> T
     line.append("on" if approval else "off", style="bold yellow" if approval else "green")
     if not explicit:
         line.append(" (config)", style="grey50")
-    line.append("  (f focus, v avoid, a approval)", style="grey50")
     return line
 
 
@@ -50,7 +46,16 @@ class ResearchLog(Vertical):
         yield Static(id="steering-line")
         yield DataTable(id="research", cursor_type="row")
 
-    def show(self, phases: list[ResearchPhase], steering: RunSteering, approval: bool, width: int) -> None:
+    def show(
+        self,
+        phases: list[ResearchPhase],
+        steering: RunSteering,
+        approval: bool,
+        width: int,
+        *,
+        rows: int = 4,
+    ) -> None:
+        """Show the phases (newest first), `rows` of them at once (the table scrolls for more)."""
         self.query_one("#steering-line", Static).update(
             steering_line(steering, approval, explicit=steering.approval is not None)
         )
@@ -63,13 +68,14 @@ class ResearchLog(Vertical):
             table.add_column(label, width=w, key=label)
         for p in phases:
             table.add_row(*research_cells(p), key=str(p.number))
-        table.styles.height = min(max(len(phases), 1), ROWS) + 2  # border and header
+        table.styles.height = min(max(len(phases), 1), rows) + 2  # border and header
         done = sum(p.cost_usd for p in phases)
-        table.border_title = (
-            f"Research ({len(phases)} phase{'s' if len(phases) != 1 else ''}, ${done:.4f} in model calls)"
+        found = (
+            f"Research: {len(phases)} phase{'s' if len(phases) != 1 else ''}, ${done:.4f} in model calls"
             if phases
-            else "Research: no phase yet (the autopilot researches before the first wave)"
+            else "Research: no phase yet"
         )
+        table.border_title = found + " · f focus, v avoid, a approval"
 
 
 def research_cells(p: ResearchPhase) -> list[Any]:
