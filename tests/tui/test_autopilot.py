@@ -223,3 +223,26 @@ async def test_hypotheses_show_their_wave_and_repeats(app_on: AppFactory, tui_te
             ),
             what="the preview",
         )
+
+
+def test_the_research_log_in_the_data_layer(tui_ws: Path, tui_template: TuiFixture) -> None:
+    from kb.db import log_event
+    from tui import data
+    from tui.widgets.fleet import research_cells
+
+    run_id = tui_template.live.run_id
+    store = data.Store(tui_ws)
+    with store.session() as db:
+        log_event(db, "research_started", "research phase 3", run_id=run_id, data={"phase": 3})
+        log_event(db, "research_done", "elsewhere", run_id=tui_template.history.run_id, data={"phase": 9})
+        snap = data.fleet(db, approval_default=True)
+    assert snap.run is not None and snap.run.autopilot and snap.run.phase == "measuring"
+    assert snap.run.model == "openai/gpt-test" and snap.run.stop_reason is None
+    assert [(p.number, p.done) for p in snap.research] == [(3, False), (2, True), (1, True)]
+    assert snap.research[1].repaired == 1 and snap.research[2].failures == (
+        "generate: one answer was not JSON",
+    )
+    assert snap.steering == data.RunSteering(("the AVX2 matmul kernels",), (), None)
+    assert snap.approval is True  # the run set none: the config's default decides
+    running = [str(c) for c in research_cells(snap.research[0])]
+    assert running[0] == "3" and running[-1] == "researching…"
