@@ -16,7 +16,7 @@ from tests.tui.helpers import AppFactory, async_test, settle, until
 from tests.tui.test_hypotheses import Recorder
 from tui.screens.dialogs import NoteScreen, StartRunScreen
 from tui.screens.fleet import FleetScreen
-from tui.screens.hypotheses import HypothesesScreen
+from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
 from tui.widgets.common import PagedTable
 from tui.widgets.fleet import ResearchLog
 
@@ -222,6 +222,13 @@ async def test_hypotheses_show_their_wave_and_repeats(app_on: AppFactory, tui_te
                 in str(screen.query_one("#hyp-preview", Static).render())
             ),
             what="the preview",
+        )
+        app.push_screen(HypothesisScreen(second))  # the detail view says it too
+        await settle(pilot)
+        await until(
+            pilot,
+            lambda: f"a repeat of #{measured}" in str(app.screen.query_one("#hyp-head", Static).render()),
+            what="the detail",
         )
 
 
