@@ -267,10 +267,11 @@ class AutoresearchApp(App[None]):
         self.notify_changed()
 
     @work(thread=True, group="steer", exit_on_error=False)
-    def steer_run(self, kind: str, run_id: int) -> None:
+    def steer_run(self, kind: str, run_id: int, args: dict[str, Any] | None = None) -> None:
+        """Send a run a command (pause, resume, stop; focus, avoid, approval, budget with `args`)."""
         with self.store.session() as db:
-            data.steer_run(db, kind, run_id, self.clock())
-        self.call_from_thread(self.notify, f"{kind}: sent to the runner", timeout=4)
+            data.steer_run(db, kind, run_id, self.clock(), args)
+        self.call_from_thread(self.notify, f"{kind}: sent to the runner{_said(kind, args)}", timeout=4)
         self.call_from_thread(self.notify_changed)
 
     @work(thread=True, group="steer", exit_on_error=False)
@@ -350,10 +351,21 @@ class AutoresearchApp(App[None]):
         self.call_from_thread(self.notify_changed)
 
 
+def _said(kind: str, args: dict[str, Any] | None) -> str:
+    """What a steering command says, for its notification ("" when it has no arguments)."""
+    if not args:
+        return ""
+    if kind == "approval":
+        return f" (approval {'on' if args.get('on') else 'off'})"
+    if "text" in args:
+        return f": {args['text']}"
+    return " (" + ", ".join(f"{k} {v}" for k, v in args.items() if v is not None) + ")"
+
+
 def help_sections() -> HelpSections:
     """The help screen's sections: every screen whose keys it lists (importing them all)."""
     from tui.screens.compare import CompareScreen
-    from tui.screens.dialogs import StartRunScreen
+    from tui.screens.dialogs import NoteScreen, StartRunScreen
     from tui.screens.evidence import CommitScreen, PaperScreen
     from tui.screens.fleet import FleetScreen
     from tui.screens.history import HistoryScreen, RedecideScreen
@@ -372,6 +384,7 @@ def help_sections() -> HelpSections:
         ("Hypothesis detail (enter on an evidence row opens it)", HypothesisScreen),
         ("3 Fleet (enter: the selected experiment's log)", FleetScreen),
         ("Start-run dialog", StartRunScreen),
+        ("Focus / avoid note dialog", NoteScreen),
         ("Log viewer", LogScreen),
         ("4 History (enter: the experiment in full)", HistoryScreen),
         ("Comparison", CompareScreen),

@@ -53,6 +53,8 @@ class RunRequest:
     max_experiments: int | None = None
     backend: str | None = None
     skip_self_test: bool = False
+    autopilot: bool = False
+    """`--autopilot`: research phases between waves."""
     resume: bool = False
 
     def args(self) -> list[str]:
@@ -72,6 +74,8 @@ class RunRequest:
                 out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         if self.skip_self_test:
             out.append("--skip-self-test")
+        if self.autopilot:
+            out.append("--autopilot")
         return out
 
 

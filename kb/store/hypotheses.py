@@ -269,3 +269,28 @@ def add_source_ref(db: sqlite_utils.Database, hypothesis_id: int, ref: str) -> N
 def patch_row(db: sqlite_utils.Database, patch_id: int) -> dict[str, Any] | None:
     """Every column of a patch as stored: the loop hands it on as the queue gives patches (a mapping)."""
     return one(db, "SELECT * FROM patches WHERE id = ?", [patch_id])
+
+
+@dataclass(frozen=True)
+class HypothesisOrigin:
+    """Where an idea came from in the autopilot: the wave whose post-mortem the research phase
+    read when it proposed it, and the idea it repeats (already measured here)."""
+
+    wave: int | None
+    """The wave's number in its run (hypotheses.wave_id -> waves.number)."""
+    repeat_of: int | None
+
+
+def origins(db: sqlite_utils.Database, hypothesis_ids: list[int]) -> dict[int, HypothesisOrigin]:
+    """The wave and repeat of each hypothesis given (those with neither are left out)."""
+    if not hypothesis_ids:
+        return {}
+    marks = ", ".join("?" for _ in hypothesis_ids)
+    found = rows(
+        db,
+        f"SELECT h.id, w.number AS wave, h.repeat_of FROM hypotheses h "
+        f"LEFT JOIN waves w ON w.id = h.wave_id "
+        f"WHERE h.id IN ({marks}) AND (h.wave_id IS NOT NULL OR h.repeat_of IS NOT NULL)",
+        list(hypothesis_ids),
+    )
+    return {int(r["id"]): HypothesisOrigin(r["wave"], r["repeat_of"]) for r in found}

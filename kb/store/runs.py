@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
 from kb.store.decisions import latest_decision_id
-from kb.store.paging import one, rows
-from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
+from kb.store.paging import loads, one, rows
+from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT, STOP_MEANINGS
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -35,6 +35,19 @@ class RunStatus:
     cost_usd: float
     error: str | None
     pending_commands: int
+    phase: str | None = None
+    """What the run is doing now (kb.vocabulary.PHASES: researching, patching, measuring,
+    reflecting); None when idle or ended."""
+    stop_reason: str | None = None
+    """Why a finished run stopped (kb.vocabulary.STOP_REASONS)."""
+    autopilot: bool = False
+    """Started with `--autopilot` (research phases between waves)."""
+    model: str | None = None
+    """The model the autopilot's research phases ask (`--model`), if one was given."""
+
+    @property
+    def stop_meaning(self) -> str | None:
+        return STOP_MEANINGS.get(self.stop_reason) if self.stop_reason else None
 
     def heartbeat_age(self, now: float) -> float | None:
         return None if self.heartbeat_at is None else max(0.0, now - self.heartbeat_at)
@@ -119,6 +132,9 @@ def run_status(db: sqlite_utils.Database, run_id: int) -> RunStatus | None:
     )
     if r is None:
         return None
+    options = loads(r.get("options"))
+    if not isinstance(options, dict):
+        options = {}
     return RunStatus(
         id=r["id"],
         name=r["name"],
@@ -136,6 +152,10 @@ def run_status(db: sqlite_utils.Database, run_id: int) -> RunStatus | None:
         cost_usd=r["cost_usd"] or 0.0,
         error=r["error"],
         pending_commands=r["n_cmd"],
+        phase=r.get("phase"),
+        stop_reason=r.get("stop_reason"),
+        autopilot=bool(options.get("autopilot")),
+        model=str(options["model"]) if options.get("model") else None,
     )
 
 

@@ -9,6 +9,7 @@ is the "now" the tests give the app (a heartbeat two seconds old: the runner loo
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from kb.db import insert, transaction
+from kb.db import insert, log_event, one, transaction, update
 from kb.store import run_records
 from kb.workspace import Workspace
 from tests.runner.fixtures import T0, HistoryFixture, add_run, build_history
@@ -310,6 +311,75 @@ def _knowledge(db: sqlite_utils.Database) -> dict[str, object]:
     return out
 
 
+RESEARCH_DONE = {
+    1: {
+        "mined": 1,
+        "generated": 2,
+        "patched": 2,
+        "repaired": 0,
+        "ported": 0,
+        "repeats": 1,
+        "failures": ["generate: one answer was not JSON"],
+        "cost_usd": 0.0123,
+        "call_ids": [101, 102],
+    },
+    2: {
+        "mined": 0,
+        "generated": 1,
+        "patched": 1,
+        "repaired": 1,
+        "ported": 0,
+        "repeats": 0,
+        "failures": [],
+        "cost_usd": 0.004,
+        "call_ids": [103],
+    },
+}
+
+
+def _autopilot(
+    db: sqlite_utils.Database, history: HistoryFixture, live: HistoryFixture, kb: dict[str, object]
+) -> None:
+    """The live run is an autopilot run measuring after two research phases, with a focus note;
+    one proposed idea came from its first wave's post-mortem, the other repeats a measured one."""
+    run = one(db, "SELECT options FROM runs WHERE id = ?", [live.run_id])
+    options = {**json.loads(run["options"] if run and run["options"] else "{}"), "autopilot": True}
+    options["model"] = "openai/gpt-test"
+    update(
+        db,
+        "runs",
+        live.run_id,
+        {
+            "options": options,
+            "phase": "measuring",
+            "steering": {"focus": ["the AVX2 matmul kernels"], "avoid": [], "approval": None},
+        },
+    )
+    for number, report in RESEARCH_DONE.items():
+        start = LIVE_RUN_START + 100 * number
+        log_event(
+            db,
+            "research_started",
+            f"research phase {number}",
+            run_id=live.run_id,
+            data={"phase": number},
+            ts=start,
+        )
+        log_event(
+            db,
+            "research_done",
+            f"research phase {number}",
+            run_id=live.run_id,
+            data={"phase": number, **report},
+            ts=start + 40,
+        )
+    proposed = kb["proposed"]
+    assert isinstance(proposed, list)
+    measured = next(iter(history.hyp.values()))
+    db.execute("UPDATE hypotheses SET wave_id = ? WHERE id = ?", [live.waves[0], proposed[0]])
+    db.execute("UPDATE hypotheses SET repeat_of = ? WHERE id = ?", [measured, proposed[1]])
+
+
 def build_tui_workspace(tmp_path: Path) -> TuiFixture:
     history = build_history(tmp_path)
     live = add_run(history.ws, name="r2", live=True, seed=7, target=history.target)
@@ -319,6 +389,7 @@ def build_tui_workspace(tmp_path: Path) -> TuiFixture:
         with transaction(db):
             # The live run's runner: a heartbeat 2 s before the tests' clock.
             run_records.update(db, live.run_id, {"pid": 4242, "heartbeat_at": CLOCK_NOW - 2})
+            _autopilot(db, history, live, kb)
     finally:
         db.conn.close()
     return TuiFixture(history=history, live=live, **kb)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""tui/data.py against the fixture workspace: every query the panes make, paging, and the writes."""
+"""tui/data/ against the fixture workspace: every query the panes make, paging, and the writes."""
 
 from __future__ import annotations
 

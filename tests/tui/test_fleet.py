@@ -34,7 +34,8 @@ async def test_live_experiments_and_the_log_tail(app_on: AppFactory, tui_templat
         screen = app.screen
         assert isinstance(screen, FleetScreen)
         line = str(screen.query_one("#run-line", Static).render())
-        assert "run r2 (#2) running · wave 2" in line and "heartbeat 2s ago" in line
+        assert "run r2 (#2) running · measuring · autopilot (openai/gpt-test) · wave 2" in line
+        assert "heartbeat 2s ago" in line
         table = screen.query_one("#fleet-exps", DataTable)
         first = [str(c) for c in table.get_row_at(0)]
         assert (

@@ -1,4 +1,4 @@
-"""Dialogs: a yes/no confirmation and the start-run form."""
+"""Dialogs: a yes/no confirmation, a one-line steering note, and the start-run form."""
 
 from __future__ import annotations
 
@@ -40,6 +40,50 @@ class ConfirmScreen(AppModal):
         self.dismiss(event.button.id == "yes")
 
 
+class NoteScreen(AppModal):
+    """One line of text for the runner: a focus or avoid note the next research phase reads."""
+
+    BINDINGS = [Binding("ctrl+s", "send", "Send", priority=True)]
+
+    def __init__(self, question: str, detail: str = "", placeholder: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+        self.placeholder = placeholder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="note"):
+            yield Static(Text(self.question, style="bold"), id="question")
+            if self.detail:
+                yield Static(Text(self.detail, style="grey70"))
+            yield Input(placeholder=self.placeholder, id="note-text", compact=True)
+            yield Static(id="note-error")
+            with Horizontal(id="buttons"):
+                yield Button("Send (enter)", id="send", variant="primary", compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
+
+    def action_send(self) -> None:
+        text = " ".join(self.query_one("#note-text", Input).value.split())
+        if not text:
+            self.query_one("#note-error", Static).update(
+                Text("write a note first (esc cancels)", style="bold red")
+            )
+            return
+        self.dismiss(text)
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_send()
+
+    @on(Button.Pressed, "#send")
+    def send_pressed(self) -> None:
+        self.action_send()
+
+    @on(Button.Pressed, "#cancel")
+    def cancel_pressed(self) -> None:
+        self.dismiss(None)
+
+
 class StartRunScreen(AppModal):
     """The options of `autoresearch run --detach`; empty fields keep the config's values."""
 
@@ -62,6 +106,9 @@ class StartRunScreen(AppModal):
                     yield Label(label)
                     yield Input(placeholder=hint, id=f"run-{key}", compact=True)
             yield Checkbox("skip the A/A self-test", id="run-skip-self-test")
+            yield Checkbox(
+                "autopilot: research phases between waves (mine, generate, patch)", id="run-autopilot"
+            )
             yield Static(id="run-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+s)", id="start", variant="primary", compact=True)
@@ -103,6 +150,7 @@ class StartRunScreen(AppModal):
             max_experiments=integer("max", "Max exps"),
             backend=backend,
             skip_self_test=self.query_one("#run-skip-self-test", Checkbox).value,
+            autopilot=self.query_one("#run-autopilot", Checkbox).value,
         )
 
     def action_start(self) -> None:

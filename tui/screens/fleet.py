@@ -1,5 +1,6 @@
 """The fleet pane: the current run, its workers and experiments live, the selected one's log tail;
-start, pause, resume and stop the run, cancel an experiment, open a full log."""
+an autopilot run's research log and steering notes; start, pause, resume and stop the run, steer
+its research (focus, avoid, approval), cancel an experiment, open a full log."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from tui import data
 from tui.format import clip, duration
 from tui.messages import FleetRefreshed
 from tui.screens.base import AppScreen
-from tui.screens.dialogs import ConfirmScreen, StartRunScreen
+from tui.screens.dialogs import ConfirmScreen, NoteScreen, StartRunScreen
 from tui.screens.log import LogScreen
 from tui.spawn import RunRequest
 from tui.widgets.common import cell, fit_columns, right, status_cell
+from tui.widgets.fleet import ResearchLog
 
 TAIL_LINES = 8
 
@@ -32,6 +34,10 @@ class FleetScreen(AppScreen):
         Binding("p", "pause", "Pause"),
         Binding("S", "stop", "Stop run"),
         Binding("R", "resume_run", "Resume interrupted", show=False),
+        # The research log's title names these three (the footer has no room at 80 columns).
+        Binding("f", "note('focus')", "Focus the research", show=False),
+        Binding("v", "note('avoid')", "Avoid in the research", show=False),
+        Binding("a", "toggle_approval", "Approval on/off", show=False),
         Binding("x", "cancel_experiment", "Cancel"),
         Binding("l", "open_log", "Log"),
         Binding("c", "copy_id", "Copy id", show=False),
@@ -51,6 +57,7 @@ class FleetScreen(AppScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(id="run-line")
         yield DataTable(id="workers", cursor_type="row")
+        yield ResearchLog(id="research-log")
         yield DataTable(id="fleet-exps", cursor_type="row")
         yield Static(id="log-tail")
 
@@ -76,7 +83,7 @@ class FleetScreen(AppScreen):
     def load(self, selected: int | None) -> None:
         start = time.perf_counter()
         with self.store.session() as db:
-            snapshot = data.fleet(db)
+            snapshot = data.fleet(db, approval_default=self.store.require_approval())
         ids = [e.id for e in snapshot.experiments]
         if selected not in ids:
             selected = ids[0] if ids else None
@@ -122,9 +129,20 @@ class FleetScreen(AppScreen):
         workers.border_title = f"Workers ({len(snap.workers)})"
         workers.display = bool(snap.workers)
 
+        width = self.size.width or self.app.size.width
+        research = self.query_one("#research-log", ResearchLog)
+        run = snap.run
+        steering = snap.steering
+        research.display = run is not None and (
+            run.autopilot or bool(snap.research or steering.focus or steering.avoid)
+        )
+        if research.display:
+            height = self.size.height or self.app.size.height
+            # A short terminal keeps room for the experiments: the newest phase only (it scrolls).
+            research.show(snap.research, steering, snap.approval, width, rows=4 if height >= 32 else 1)
+
         exps = self.query_one("#fleet-exps", DataTable)
         exps.clear(columns=True)
-        width = self.size.width or self.app.size.width
         wide = width >= 100
         spec: list[tuple[str, int | None]] = [("#", 5), ("Wave", 4)] if wide else [("#", 4)]
         spec += [("Title", None)] + ([("Worker", 9)] if wide else [])
@@ -171,13 +189,20 @@ class FleetScreen(AppScreen):
         line.append(f"run {run.name}", style="bold")
         line.append(f" (#{run.id}) ")
         line.append(run.status, style=status_cell(run.status).style)
+        live = run.status in data.LIVE_RUN_STATUSES
+        if live and run.phase:
+            line.append(f" · {run.phase}", style="bold cyan")
+        if run.autopilot:
+            line.append(" · autopilot", style="cyan")
+            if run.model:
+                line.append(f" ({run.model})", style="grey70")
         if run.wave is not None:
             line.append(f" · wave {run.wave}")
         line.append(f" · {run.experiments} experiments, {run.kept} kept · {run.backend}")
         if run.cost_usd:
             line.append(f" · ${run.cost_usd:.2f}")
         age = run.heartbeat_age(now)
-        if run.status in data.LIVE_RUN_STATUSES:
+        if live:
             if run.runner_live(now):
                 line.append(f" · runner pid {run.pid or '?'}, heartbeat {duration(age)} ago", style="green")
             else:
@@ -190,6 +215,10 @@ class FleetScreen(AppScreen):
             line.append(
                 f" · ended {duration(now - run.ended_at) if run.ended_at else '-'} ago", style="grey70"
             )
+        if not live and run.stop_reason:
+            line.append(f"\nstopped: {run.stop_reason}", style="bold")
+            if run.stop_meaning:
+                line.append(f" ({run.stop_meaning})", style="grey70")
         if run.pending_commands:
             line.append(f" · {run.pending_commands} command(s) waiting for the runner", style="yellow")
         if run.error:
@@ -278,6 +307,32 @@ class FleetScreen(AppScreen):
         self.app.push_screen(
             ConfirmScreen(f"Stop run {run.name}?", "Running experiments are cancelled; the run ends."), answer
         )
+
+    def action_note(self, kind: str) -> None:
+        """A focus or avoid note for the run's next research phases."""
+        run = self.current_run()
+        if run is None:
+            self.notify("no run", severity="warning")
+            return
+        question, hint = {
+            "focus": ("Focus the research on:", "e.g. the AVX2 quantised matmul kernels"),
+            "avoid": ("Keep the research away from:", "e.g. changes to the build system"),
+        }[kind]
+        detail = f"run {run.name}: the next research phase reads it (the newest ten notes stay)"
+
+        def written(text: str | None) -> None:
+            if text:
+                self.autoapp.steer_run(kind, run.id, {"text": text})
+
+        self.app.push_screen(NoteScreen(question, detail, hint), written)
+
+    def action_toggle_approval(self) -> None:
+        """Do the run's generated hypotheses wait for a person? Flip it."""
+        run = self.current_run()
+        if run is None or self.snapshot is None:
+            self.notify("no run", severity="warning")
+            return
+        self.autoapp.steer_run("approval", run.id, {"on": not self.snapshot.approval})
 
     def action_cancel_experiment(self) -> None:
         chosen = self.experiment(self.selected)

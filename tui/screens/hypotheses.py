@@ -155,7 +155,7 @@ class HypothesesScreen(SteeringScreen):
         table.note = self._note()
         wide = (self.size.width or self.app.size.width) >= 100
         table.column_spec = [("#", 4), ("Status", 10), ("Outcome", 12), ("Rank", 5), ("Effect", 6)]
-        table.column_spec += [("Prio", 4), ("Source", 10), ("Family", 12)] if wide else []
+        table.column_spec += [("Prio", 4), ("Source", 10), ("Wave", 4), ("Family", 12)] if wide else []
         table.column_spec += [("Title", None)]
         rows = []
         for h in message.page.rows:
@@ -170,9 +170,10 @@ class HypothesesScreen(SteeringScreen):
                 cells += [
                     right(f"{h.priority:g}", "bold yellow" if h.priority_set else "grey50"),
                     cell(h.source, "cyan"),
+                    right(h.wave if h.wave is not None else "-", "" if h.wave is not None else "grey50"),
                     cell(_family(h), "grey50" if h.waits_behind else ""),
                 ]
-            cells += [cell(h.title)]
+            cells += [_title(h)]
             rows.append((str(h.id), cells))
         table.show_page(message.page, rows)
         if not message.page.rows:
@@ -243,6 +244,8 @@ class HypothesesScreen(SteeringScreen):
             out.append(f"\nrank {d.row.rank:.1f}: {d.row.why}", style="grey70")
         if d.row.family is not None:
             out.append("\n" + _family_line(d.row), style="grey70")
+        if _origin_line(d.row):
+            out.append("\n" + _origin_line(d.row), style="yellow" if d.row.repeat_of else "grey70")
         out.append("\n" + clip(d.rationale, 400), style="grey70")
         self.query_one("#hyp-preview", Static).update(out)
 
@@ -328,6 +331,8 @@ class HypothesisScreen(DetailScreen, SteeringScreen):
             head.append("\n  " + line, style="grey70")
         if h.family is not None:
             head.append("\n" + _family_line(h), style="grey70")
+        if _origin_line(h):
+            head.append("\n" + _origin_line(h), style="yellow" if h.repeat_of else "grey70")
         if d.rationale:
             head.append("\n\n" + d.rationale.strip())
         if d.notes:
@@ -395,6 +400,25 @@ class HypothesisScreen(DetailScreen, SteeringScreen):
         urls = [r for r in self.detail.source_refs if r.startswith(("http://", "https://"))]
         if urls:
             self.app.open_url(urls[0])
+
+
+def _title(h: data.HypothesisRow) -> Text:
+    """The title, marked when the idea repeats one already measured here."""
+    title = Text(no_wrap=True, overflow="ellipsis")
+    if h.repeat_of is not None:
+        title.append(f"↻#{h.repeat_of} ", style="bold yellow")
+    title.append(" ".join(h.title.split()))
+    return title
+
+
+def _origin_line(h: data.HypothesisRow) -> str:
+    """Where the autopilot's idea came from: the wave it read, the idea it repeats."""
+    parts = []
+    if h.wave is not None:
+        parts.append(f"proposed after the post-mortem of wave {h.wave}")
+    if h.repeat_of is not None:
+        parts.append(f"a repeat of #{h.repeat_of}: already measured here, not run again")
+    return " · ".join(parts)
 
 
 def _family(h: data.HypothesisRow) -> str:
