@@ -157,7 +157,7 @@ def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
 
     found = rows(
         db,
-        "SELECT h.id, h.title, h.origin, h.status, "
+        "SELECT h.id, h.title, h.origin, h.status, h.repeat_of, "
         "(SELECT count(*) FROM patches p WHERE p.hypothesis_id = h.id) AS patches "
         "FROM hypotheses h WHERE NOT EXISTS (SELECT 1 FROM experiments e WHERE e.hypothesis_id = h.id) "
         "ORDER BY h.priority DESC, h.id",
@@ -168,7 +168,13 @@ def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             "title": h["title"],
             "origin": h["origin"],
             "status": h["status"],
-            "why": "no patch yet" if not h["patches"] else h["status"],
+            "why": (
+                f"a repeat of #{h['repeat_of']}: its patch makes a change measured before"
+                if h["repeat_of"]
+                else "no patch yet"
+                if not h["patches"]
+                else h["status"]
+            ),
             "sources": source_refs(db, h["id"]),
         }
         for h in found
@@ -178,9 +184,10 @@ def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
 def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[str, Any]]:
     """Each finished research phase of the run, from its `research_done` event: its counts
     (phase, mined, generated, patched, repaired, ported, repeats, failures, cost_usd, call_ids),
-    `after_waves` (the waves started before it: 0 is before the first wave) and `found`, the
-    hypotheses its miners added (from the `hypotheses.mine` events logged during the phase)."""
-    from kb.db import rows
+    `after_waves` (the waves started before it: 0 is before the first wave), `found` (the hypotheses
+    its miners added, from the `hypotheses.mine` events logged during the phase, then those the
+    model proposed in it) and `patches` (those the model wrote in it: id, hypothesis, repair_of)."""
+    from kb.db import one, rows
     from runner.record.history import parse_json
 
     if run_id is None:
@@ -204,20 +211,28 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
         elif ev["kind"] == "hypotheses.mine" and started:
             mined_ids += [*data.get("gap_added", []), *data.get("fork_added", [])]
         elif ev["kind"] == "research_done":
-            found = []
-            for hid in dict.fromkeys(mined_ids):
-                hyp = _hypothesis(db, hid)
-                if hyp is not None:
-                    found.append(hyp)
-            phases.append({**data, "after_waves": waves, "found": found})
+            calls = [int(c) for c in data.get("call_ids") or []]
+            marks = ", ".join("?" for _ in calls) or "NULL"
+            found = [
+                h
+                for hid in dict.fromkeys(mined_ids)
+                if (h := one(db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE id = ?", [hid]))
+            ]
+            found += rows(
+                db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE llm_call_id IN ({marks}) ORDER BY id", calls
+            )
+            patches = rows(
+                db,
+                "SELECT p.id, p.hypothesis_id, h.title, p.repair_of, p.from_experiment FROM patches p "
+                f"JOIN hypotheses h ON h.id = p.hypothesis_id WHERE p.llm_call_id IN ({marks}) ORDER BY p.id",
+                calls,
+            )
+            phases.append({**data, "after_waves": waves, "found": found, "patches": patches})
             started = False
     return phases
 
 
-def _hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
-    from kb.db import one
-
-    return one(db, "SELECT id, title, origin, status FROM hypotheses WHERE id = ?", [hypothesis_id])
+_HYP_COLUMNS = "id, title, origin, status"
 
 
 def _medians(db: sqlite_utils.Database, experiment_id: int, side: str) -> dict[str, float]:
@@ -273,7 +288,7 @@ def _source_lines(outcome: Outcome) -> list[str]:
     return [*detailed, *bare] or ["no recorded source"]
 
 
-_ORIGINS = {"miner:fork": "fork commit", "miner:gap": "backend gap", "llm": "the model"}
+_ORIGINS = {"miner:fork": "fork commit", "miner:gap": "backend gap", "llm": "model idea"}
 
 
 def research_lines(result: DemoResult) -> list[str]:
@@ -291,6 +306,9 @@ def research_lines(result: DemoResult) -> list[str]:
         for hyp in ph.get("found") or []:
             origin = _ORIGINS.get(str(hyp["origin"]), str(hyp["origin"]))
             out.append(f"      {origin:<12} {hyp['title']}")
+        for patch in ph.get("patches") or []:
+            what = "repair" if patch.get("repair_of") else "port" if patch.get("from_experiment") else "patch"
+            out.append(f"      {'model ' + what:<12} {patch['title']}")
         for failure in report.failures[:3]:
             out.append(f"      failed: {failure}")
     if not result.research:
