@@ -223,6 +223,7 @@ def _demo_research(*, model: str | None, api_base: str | None) -> LiteratureRese
             self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest
         ) -> ResearchReport:
             from runner.research.miners import mine
+            from runner.research_io import ResearchReport
 
             added, failures = 0, []
             if request.explore:
@@ -231,7 +232,10 @@ def _demo_research(*, model: str | None, api_base: str | None) -> LiteratureRese
                     added = len(found.gap_added) + len(found.fork_added)
                 except UserError as exc:
                     failures.append(f"miners: {exc}")
-            report = super().research(ws, db, request)
+            try:
+                report = super().research(ws, db, request)
+            except Exception as exc:  # the loop would record this too, without what was mined
+                report = ResearchReport(failures=[f"{type(exc).__name__}: {exc}"])
             report.mined += added
             report.failures[:0] = failures
             return report
