@@ -13,12 +13,16 @@ the public names are re-exported here. Each stage calls the library the matching
 2. papers     - the articles ingested (kb.papers), as `kb add-paper` does;
 3. fork       - the fork's commits recorded (kb.forks), as `kb add-fork`;
 4. inventory  - the backend fusion inventory scanned and stored (kb.inventory), as `kb inventory`;
-5. hypotheses - mined from the gaps and the fork commits (runner.research.miners); with a model, also
-                generated from the KB and patched through the LLM (runner.research.generate,
-                runner.research.patch_writer);
-6. run        - the self-test, waves (each ending with its post-mortem stored as a KB note), winners
-                committed, stack and ablation (runner.measure), as `run`;
-7. report     - Markdown and HTML (runner.record.report), as `report`.
+5. run        - the autopilot (runner.measure with runner.autopilot's research stage), as
+                `run --autopilot`: research phase 1 fills the empty queue (the miners: gaps and fork
+                commits; with a model it also generates hypotheses and writes patches), the
+                self-test, wave 1 and its post-mortem (a KB note), research phase 2 (the miners have
+                nothing new: without a model the run stops with `no_hypotheses`; with one, repairs
+                and new ideas make another wave), winners committed, stack and ablation;
+6. report     - Markdown and HTML (runner.record.report), as `report`.
+
+The demo's research stage is the autopilot's with one addition (runner.demo.script): its miners also
+queue the fork commit that edits the benchmark, so that the runner refuses it on the record.
 
 The demo's policy is sized for the demo's effects, not for llama.cpp: the real changes move the
 throughput by 20-35% and the benchmark's noise is 2-5% per pair (CPU time; three samples per

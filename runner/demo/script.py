@@ -8,11 +8,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kb.db import one
 from kb.errors import UserError
 from kb.packaged import demo_dir
-from runner.demo.summary import DemoResult, bottlenecks, collect_outcomes, waiting_hypotheses
+from kb.vocabulary import STOP_MEANINGS
+from runner.demo.summary import (
+    DemoResult,
+    bottlenecks,
+    collect_outcomes,
+    research_phases,
+    waiting_hypotheses,
+)
 from runner.demo.target import (
     ARTICLES,
     FORK_NAME,
@@ -28,6 +36,9 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from kb.workspace import Workspace
+    from runner.autopilot import LiteratureResearch
+    from runner.measure.run import Runner
+    from runner.research_io import ResearchReport, ResearchRequest
 
 
 class _Stages:
@@ -60,38 +71,28 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     stages = _Stages(say)
     prepare_folder(root, options.force)
 
-    with stages.stage("workspace", f"1/7 workspace: {root}"):
+    with stages.stage("workspace", f"1/6 workspace: {root}"):
         ws, upstream, fork = make_workspace(root, example, options, say)
     db = ws.db()
 
-    with stages.stage("papers", "2/7 papers: reading the articles"):
+    with stages.stage("papers", "2/6 papers: reading the articles"):
         papers = _ingest_papers(ws, db, say)
-    with stages.stage("fork", f"3/7 fork: recording the fork's commits ({fork})"):
+    with stages.stage("fork", f"3/6 fork: recording the fork's commits ({fork})"):
         fork_commits = _add_fork(ws, db, fork, say)
-    with stages.stage("inventory", "4/7 inventory: which backend fuses what"):
+    with stages.stage("inventory", "4/6 inventory: which backend fuses what"):
         gaps = _inventory(ws, db, say)
-    with stages.stage("hypotheses", "5/7 hypotheses: mining the gaps and the fork"):
-        mined = _mine(ws, db, say)
-        llm = _generate(ws, db, options, say) if options.model else None
+    from runner.measure.run import run_summary
 
-    from runner.autopilot import start
-    from runner.measure.run import RunOptions, run_summary
-
-    with stages.stage("run", "6/7 run: self-test, then waves of experiments on the local fleet"):
-        runner = start(
-            ws,
-            RunOptions(
-                parallel=options.parallel,
-                name=_run_name(db),
-                self_test=options.self_test,
-                final=options.final,
-            ),
-            progress=lambda line: say("run", "  " + line),
-        )
+    with stages.stage(
+        "run",
+        "5/6 run: the autopilot: research phase, self-test, waves (each with its post-mortem), "
+        "research again, until nothing is left to try",
+    ):
+        runner = _start(ws, options, _run_name(db), say)
         summary = runner.execute()
     run_id = summary.run_id
 
-    with stages.stage("report", "7/7 report"):
+    with stages.stage("report", "6/6 report"):
         from runner.record.report import write_report
 
         md = write_report(ws, db, run_id, fmt="md")
@@ -104,6 +105,8 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     bottleneck, after = bottlenecks(db, final.to_json(), ws.settings.metric.primary)
     stack = (final.summary or {}).get("stack")
     ablation = (final.summary or {}).get("ablation") or []
+    run_row = one(db, "SELECT stop_reason FROM runs WHERE id = ?", [run_id])
+    stop_reason = run_row["stop_reason"] if run_row else None
     result = DemoResult(
         workspace=root,
         run_id=run_id,
@@ -114,8 +117,10 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
         papers=papers,
         fork_commits=fork_commits,
         gaps=gaps,
-        mined=mined,
-        llm=llm,
+        model=options.model,
+        research=research_phases(db, run_id),
+        stop_reason=stop_reason,
+        stop_meaning=STOP_MEANINGS.get(stop_reason or ""),
         kept=kept,
         others=others,
         waiting=waiting_hypotheses(db),
@@ -134,8 +139,6 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
 
 
 def _run_name(db: sqlite_utils.Database) -> str:
-    from kb.db import one
-
     if one(db, "SELECT id FROM runs WHERE name = ?", [RUN_NAME]) is None:
         return RUN_NAME
     n = 2
@@ -190,50 +193,51 @@ def _inventory(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> l
     return gaps
 
 
-def _mine(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> dict[str, Any]:
-    from runner.research.miners import mine
+def _start(ws: Workspace, options: DemoOptions, name: str, say: DemoProgress) -> Runner:
+    """The run with the autopilot on, wired as runner.autopilot.start wires it, with the demo's
+    research stage (_DemoResearch)."""
+    from runner.measure.run import RunOptions, start_run
 
-    # A fork commit that edits the benchmark is queued too, so the runner refuses it on the record.
-    report = mine(ws, db, queue_protected=True)
-    say(
-        "hypotheses",
-        f"  {len(report.gap_added)} from backend gaps, {len(report.fork_added)} from fork commits"
-        + (f" ({len(report.conflicts)} do not apply as they are)" if report.conflicts else ""),
+    run_options = RunOptions(
+        parallel=options.parallel,
+        name=name,
+        self_test=options.self_test,
+        final=options.final,
+        autopilot=True,
+        model=options.model,
+        api_base=options.api_base,
     )
-    if report.skipped:
-        say("hypotheses", "  skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
-    return report.to_json()
+    research = _demo_research(model=options.model, api_base=options.api_base)
+    return start_run(ws, run_options, lambda line: say("run", "  " + line), research=research)
 
 
-def _generate(
-    ws: Workspace, db: sqlite_utils.Database, options: DemoOptions, say: DemoProgress
-) -> dict[str, Any]:
-    """With --model: hypotheses from the KB, then patches for every hypothesis that has none.
-    Model trouble is reported and the demo goes on with what it has."""
-    from runner.llm import LLMError, client_for
-    from runner.research.generate import generate
-    from runner.research.patch_writer import write_patches
+def _demo_research(*, model: str | None, api_base: str | None) -> LiteratureResearch:
+    """The autopilot's research stage (runner.autopilot.LiteratureResearch) with one addition:
+    each exploring phase's miners also queue a fork commit that touches a protected path (the
+    benchmark), so that the runner refuses it on the record; the loop's own miners skip such a
+    commit. What they add counts in the phase's `mined`."""
+    from runner.autopilot import LiteratureResearch
 
-    out: dict[str, Any] = {"model": options.model, "error": None}
-    try:
-        client = client_for(db, ws.settings.llm, model=options.model, api_base=options.api_base)
-        say("hypotheses", f"  asking {options.model} for hypotheses grounded in the knowledge base")
-        report = generate(ws, db, client, n=options.llm_hypotheses)
-        out["generated"] = report.to_json()
-        say(
-            "hypotheses",
-            f"  the model proposed {len(report.added)} new, merged {len(report.merged)}, "
-            f"{len(report.rejected)} rejected",
-        )
-        say("hypotheses", f"  asking {options.model} to write patches for hypotheses that have none")
-        outcomes = write_patches(ws, db, client)
-        out["patches"] = [o.to_json() for o in outcomes]
-        for o in outcomes:
-            say(
-                "hypotheses",
-                f"  hypothesis {o.hypothesis_id}: {o.status}" + (f" ({o.reason})" if o.reason else ""),
-            )
-    except LLMError as exc:
-        out["error"] = str(exc)
-        say("hypotheses", f"  model unavailable, going on without it: {exc}")
-    return out
+    class DemoResearch(LiteratureResearch):
+        def research(
+            self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest
+        ) -> ResearchReport:
+            from runner.research.miners import mine
+            from runner.research_io import ResearchReport
+
+            added, failures = 0, []
+            if request.explore:
+                try:
+                    found = mine(ws, db, queue_protected=True)
+                    added = len(found.gap_added) + len(found.fork_added)
+                except UserError as exc:
+                    failures.append(f"miners: {exc}")
+            try:
+                report = super().research(ws, db, request)
+            except Exception as exc:  # the loop would record this too, without what was mined
+                report = ResearchReport(failures=[f"{type(exc).__name__}: {exc}"])
+            report.mined += added
+            report.failures[:0] = failures
+            return report
+
+    return DemoResearch(model=model, api_base=api_base)

@@ -56,8 +56,13 @@ class DemoResult:
     papers: list[str]
     fork_commits: int
     gaps: list[str]
-    mined: dict[str, Any]
-    llm: dict[str, Any] | None
+    model: str | None
+    research: list[dict[str, Any]]
+    """The autopilot's research phases, in order (research_phases)."""
+    stop_reason: str | None
+    """runs.stop_reason: one token of kb.vocabulary.STOP_REASONS."""
+    stop_meaning: str | None
+    """What it means (kb.vocabulary.STOP_MEANINGS)."""
     kept: list[Outcome]
     others: list[Outcome]
     waiting: list[dict[str, Any]]
@@ -152,7 +157,7 @@ def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
 
     found = rows(
         db,
-        "SELECT h.id, h.title, h.origin, h.status, "
+        "SELECT h.id, h.title, h.origin, h.status, h.repeat_of, "
         "(SELECT count(*) FROM patches p WHERE p.hypothesis_id = h.id) AS patches "
         "FROM hypotheses h WHERE NOT EXISTS (SELECT 1 FROM experiments e WHERE e.hypothesis_id = h.id) "
         "ORDER BY h.priority DESC, h.id",
@@ -163,11 +168,71 @@ def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
             "title": h["title"],
             "origin": h["origin"],
             "status": h["status"],
-            "why": "no patch yet" if not h["patches"] else h["status"],
+            "why": (
+                f"a repeat of #{h['repeat_of']}: its patch makes a change measured before"
+                if h["repeat_of"]
+                else "no patch yet"
+                if not h["patches"]
+                else h["status"]
+            ),
             "sources": source_refs(db, h["id"]),
         }
         for h in found
     ]
+
+
+def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[str, Any]]:
+    """Each finished research phase of the run, from its `research_done` event: its counts
+    (phase, mined, generated, patched, repaired, ported, repeats, failures, cost_usd, call_ids),
+    `after_waves` (the waves started before it: 0 is before the first wave), `found` (the hypotheses
+    its miners added, from the `hypotheses.mine` events logged during the phase, then those the
+    model proposed in it) and `patches` (those the model wrote in it: id, hypothesis, repair_of)."""
+    from kb.db import one, rows
+    from runner.record.history import parse_json
+
+    if run_id is None:
+        return []
+    events = rows(
+        db,
+        "SELECT id, kind, run_id, data FROM events WHERE (run_id = ? AND kind IN "
+        "('research_started', 'research_done', 'wave_started')) OR kind = 'hypotheses.mine' ORDER BY id",
+        [run_id],
+    )
+    phases: list[dict[str, Any]] = []
+    waves, started = 0, False
+    mined_ids: list[int] = []
+    for ev in events:
+        data = parse_json(ev["data"]) or {}
+        if ev["kind"] == "wave_started":
+            waves += 1
+        elif ev["kind"] == "research_started":
+            started = True
+            mined_ids = []
+        elif ev["kind"] == "hypotheses.mine" and started:
+            mined_ids += [*data.get("gap_added", []), *data.get("fork_added", [])]
+        elif ev["kind"] == "research_done":
+            calls = [int(c) for c in data.get("call_ids") or []]
+            marks = ", ".join("?" for _ in calls) or "NULL"
+            found = [
+                h
+                for hid in dict.fromkeys(mined_ids)
+                if (h := one(db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE id = ?", [hid]))
+            ]
+            found += rows(
+                db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE llm_call_id IN ({marks}) ORDER BY id", calls
+            )
+            patches = rows(
+                db,
+                "SELECT p.id, p.hypothesis_id, h.title, p.repair_of, p.from_experiment FROM patches p "
+                f"JOIN hypotheses h ON h.id = p.hypothesis_id WHERE p.llm_call_id IN ({marks}) ORDER BY p.id",
+                calls,
+            )
+            phases.append({**data, "after_waves": waves, "found": found, "patches": patches})
+            started = False
+    return phases
+
+
+_HYP_COLUMNS = "id, title, origin, status"
 
 
 def _medians(db: sqlite_utils.Database, experiment_id: int, side: str) -> dict[str, float]:
@@ -223,6 +288,41 @@ def _source_lines(outcome: Outcome) -> list[str]:
     return [*detailed, *bare] or ["no recorded source"]
 
 
+_ORIGINS = {"miner:fork": "fork commit", "miner:gap": "backend gap", "llm": "model idea"}
+
+
+def research_lines(result: DemoResult) -> list[str]:
+    """Per research phase, when it ran and what it found; then why the run stopped."""
+    from runner.research_io import ResearchReport
+
+    who = f"miners and {result.model}" if result.model else "miners only, no model"
+    out = [f"Research phases (the autopilot, {who}):"]
+    counts = set(ResearchReport.__dataclass_fields__)
+    for ph in result.research:
+        waves = int(ph.get("after_waves") or 0)
+        when = "before wave 1" if not waves else f"after wave {waves}'s post-mortem"
+        report = ResearchReport(**{k: v for k, v in ph.items() if k in counts})
+        out.append(f"  phase {ph.get('phase')}, {when}: {report.line()}")
+        for hyp in ph.get("found") or []:
+            origin = _ORIGINS.get(str(hyp["origin"]), str(hyp["origin"]))
+            out.append(f"      {origin:<12} {hyp['title']}")
+        for patch in ph.get("patches") or []:
+            what = "repair" if patch.get("repair_of") else "port" if patch.get("from_experiment") else "patch"
+            out.append(f"      {'model ' + what:<12} {patch['title']}")
+        for failure in report.failures[:3]:
+            out.append(f"      failed: {failure}")
+    if not result.research:
+        out.append("  none ran")
+    if result.stop_reason:
+        out.append(f"Stopped: {result.stop_reason} ({result.stop_meaning or 'see kb/vocabulary.py'})")
+        if result.stop_reason == "no_hypotheses" and not result.model:
+            out.append(
+                "  the miners had queued every fork commit and gap at once; without --model nothing "
+                "writes new hypotheses or patches"
+            )
+    return out
+
+
 def summary_lines(result: DemoResult) -> list[str]:
     """The short final summary the CLI prints (plain text, no colour)."""
     root = result.workspace
@@ -238,7 +338,7 @@ def summary_lines(result: DemoResult) -> list[str]:
             f"Self-test (baseline against itself): {'passed' if st.get('passed') else 'failed'}"
             + (f", noise floor {floor:.1%}" if isinstance(floor, int | float) else "")
         )
-    out.append("")
+    out += ["", *research_lines(result), ""]
     if result.kept:
         out.append("Kept (a commit each on the run branch, and a patch file with its provenance):")
         for k in result.kept:
@@ -282,7 +382,7 @@ def summary_lines(result: DemoResult) -> list[str]:
     for w in result.waiting:
         hint = (
             "pass --model to have an LLM write it"
-            if w["why"] == "no patch yet" and not result.llm
+            if w["why"] == "no patch yet" and not result.model
             else w["why"]
         )
         out.append(f"  not run       {w['title']} ({w['origin']}; {hint})")

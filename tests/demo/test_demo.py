@@ -133,15 +133,36 @@ def test_demo_prints_progress_and_summary(demo_cli: dict[str, Any]) -> None:
     proc, directory = demo_cli["proc"], demo_cli["dir"]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for n in range(1, 8):
-        assert f"==> {n}/7 " in out
+    for n in range(1, 7):
+        assert f"==> {n}/6 " in out
     # Experiments are reported as they go, before the summary.
     progress, summary = out.split("\nDemo done in ", 1)
     assert re.search(r"exp \d+ .*: batch 0, pairs 0\.\.\d+ on local-\d", progress)
     assert re.search(r"exp \d+ .*: kept \+\d", progress)
     assert "self-test: no difference" in progress
+    # The loop as it ran: research phase 1 before the self-test and wave 1, phase 2 after wave 1's
+    # post-mortem, then the stop.
+    order = [
+        progress.index(line)
+        for line in (
+            "research phase 1: 7 mined",
+            "self-test: no difference",
+            "wave 1: ",
+            "wave 1 reflection stored",
+            "research phase 2: nothing new",
+            "final: the 2 winners stacked",
+        )
+    ]
+    assert order == sorted(order), order
     # The summary: what was kept with effect, interval and source; what was not; report; TUI.
     assert "run demo finished" in summary
+    research = summary.split("Research phases (the autopilot, miners only, no model):\n", 1)[1]
+    research = research.split("\n\n", 1)[0].splitlines()
+    assert research[0] == "  phase 1, before wave 1: 7 mined"
+    assert sum(line.startswith("      fork commit  Port ") for line in research) == len(PATCHES)
+    assert sum(line.startswith("      backend gap  ") for line in research) == 1
+    assert "  phase 2, after wave 1's post-mortem: nothing new" in research
+    assert "Stopped: no_hypotheses (the research phase found nothing new to try)" in research
     kept_block = summary.split("Kept (", 1)[1].split("Not kept:", 1)[0]
     assert (
         len(re.findall(r"^  \+\d+\.\d% \[\+\d+\.\d%, \+\d+\.\d%\] after \d+ pairs ", kept_block, re.M)) == 2
@@ -246,6 +267,43 @@ def test_the_knowledge_base_behind_the_run(demo_cli: dict[str, Any]) -> None:
     assert (demo_cli["dir"] / "reports" / "demo.html").is_file()
 
 
+def test_the_autopilot_ran_two_research_phases_and_stopped_with_no_hypotheses(
+    demo_cli: dict[str, Any],
+) -> None:
+    db = demo_cli["db"]
+    run = one(db, "SELECT * FROM runs WHERE name = 'demo'")
+    assert run is not None
+    assert run["stop_reason"] == "no_hypotheses"
+    assert json.loads(run["options"])["autopilot"] is True
+    events = rows(
+        db,
+        "SELECT id, kind, data FROM events WHERE run_id = ? AND kind IN "
+        "('research_started', 'research_done', 'wave_started') ORDER BY id",
+        [run["id"]],
+    )
+    assert [e["kind"] for e in events] == [
+        "research_started",
+        "research_done",
+        "wave_started",
+        "research_started",
+        "research_done",
+    ]
+    first, second = (json.loads(e["data"]) for e in events if e["kind"] == "research_done")
+    # Phase 1 filled the empty queue: every fork commit (the benchmark edit too) and the gap.
+    assert first["phase"] == 1 and first["mined"] == len(PATCHES) + 1
+    assert first["failures"] == [] and first["call_ids"] == [] and first["cost_usd"] == 0
+    assert not any(first[k] for k in ("generated", "patched", "repaired", "ported"))
+    # Phase 2, after wave 1's post-mortem, found nothing new: the run stopped there.
+    assert second["phase"] == 2 and second["mined"] == 0 and second["failures"] == []
+    assert not any(second[k] for k in ("generated", "patched", "repaired", "ported", "repeats"))
+    wave = one(db, "SELECT * FROM waves WHERE run_id = ?", [run["id"]])
+    assert wave is not None and wave["number"] == 1 and wave["reflection_evidence_id"]
+    assert one(db, "SELECT count(*) AS n FROM waves")["n"] == 1  # type: ignore[index]
+    # Every hypothesis came from phase 1's miners, none from before the run.
+    mined = rows(db, "SELECT id, data FROM events WHERE kind = 'hypotheses.mine' ORDER BY id")
+    assert mined and all(m["id"] > events[0]["id"] for m in mined)
+
+
 # --- decisions follow the code, not the names ----------------------------------------------------
 
 
@@ -305,6 +363,15 @@ def test_shuffled_titles_get_the_same_decisions(tmp_path: Path) -> None:
     assert PATCHES[0].subject in cheat["title"] and cheat["status"] == "refused"
     text = "\n".join(summary_lines(result))
     assert "Kept (" in text and "refused" in text
+    # The --json output carries the research phases and the stop reason with its meaning.
+    data = json.loads(json.dumps(result.to_json()))
+    assert [(r["phase"], r["mined"], r["after_waves"]) for r in data["research"]] == [
+        (1, len(PATCHES) + 1, 0),
+        (2, 0, 1),
+    ]
+    assert len(data["research"][0]["found"]) == len(PATCHES) + 1
+    assert data["stop_reason"] == "no_hypotheses"
+    assert data["stop_meaning"] == "the research phase found nothing new to try"
     db.conn.close()
 
 
@@ -354,7 +421,7 @@ def _comment_diff(path: str, note: str) -> str:
     return "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
 
 
-def test_with_a_model_the_gap_and_the_models_hypotheses_get_patches_and_run(
+def test_with_a_model_phase_2_repairs_generates_and_patches_and_a_repeat_is_not_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.runner.research_support import ScriptedLLM
@@ -397,17 +464,42 @@ def test_with_a_model_the_gap_and_the_models_hypotheses_get_patches_and_run(
                 policy={"min_pairs": 4, "batch_pairs": 4, "max_pairs": 4},
             )
         )
-    assert result.llm is not None and result.llm["error"] is None, result.llm
     assert result.run_status == "finished", result.error
+    assert result.stop_reason == "no_hypotheses"
     json.dumps(result.to_json())  # the CLI's --json output
     db = connect(tmp_path / "ws" / "autoresearch.db")
-    purposes = [
-        r["purpose"] for r in rows(db, "SELECT purpose FROM llm_calls WHERE error IS NULL ORDER BY id")
+    run = one(db, "SELECT * FROM runs WHERE name = 'demo'")
+    assert run is not None and run["stop_reason"] == "no_hypotheses"
+    phases = [
+        json.loads(e["data"])
+        for e in rows(db, "SELECT data FROM events WHERE kind = 'research_done' ORDER BY id")
     ]
-    assert purposes == ["queries", "research", "patch", "patch", "reflect"]
-    # The model's own hypothesis cites the passage it was shown, and its patch was measured.
+    waves = rows(db, "SELECT * FROM waves ORDER BY number")
+    assert len(phases) == len(waves) + 1 >= 3
+    # Phase 1 fills the queue with the miners; the model is not asked while enough is ready.
+    assert phases[0]["mined"] == len(PATCHES) + 1 and not phases[0]["call_ids"]
+    # Phase 2, after wave 1's post-mortem: the model repairs the patch whose checks failed, proposes
+    # a hypothesis and writes the gap's patch, so there is a wave 2.
+    second = phases[1]
+    assert (second["repaired"], second["generated"], second["patched"]) == (1, 1, 1), second
+    assert second["call_ids"] and not second["failures"]
+    calls = rows(db, "SELECT id, purpose FROM llm_calls WHERE error IS NULL ORDER BY id")
+    assert {c["purpose"] for c in calls if c["id"] in second["call_ids"]} == {
+        "repair",
+        "queries",
+        "research",
+        "patch",
+    }
+    assert [c["purpose"] for c in calls].count("reflect") == len(waves)  # each wave's post-mortem
+    failed = one(db, "SELECT * FROM experiments WHERE status = 'checks_failed'")
+    assert failed is not None and failed["wave_id"] == waves[0]["id"]
+    repair = one(db, "SELECT * FROM patches WHERE repair_of = ?", [failed["patch_id"]])
+    assert repair is not None and repair["author_kind"] == "llm"
+    repaired = one(db, "SELECT * FROM experiments WHERE patch_id = ?", [repair["id"]])
+    assert repaired is not None and repaired["wave_id"] == waves[1]["id"]
+    # The model's own hypothesis cites the passage it was shown.
     hyp = one(db, "SELECT * FROM hypotheses WHERE origin = 'llm'")
-    assert hyp is not None and hyp["llm_call_id"]
+    assert hyp is not None and hyp["llm_call_id"] in second["call_ids"]
     cited = one(
         db,
         "SELECT e.kind FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id "
@@ -415,17 +507,28 @@ def test_with_a_model_the_gap_and_the_models_hypotheses_get_patches_and_run(
         [hyp["id"]],
     )
     assert cited == {"kind": "passage"}
-    # The gap hypothesis got the model's patch; both were measured, with their provenance.
+    # Its patch (phase 3) makes the change the repair already measured: a repeat, not run again,
+    # and nothing else was left to try.
+    assert phases[2]["patched"] == 1 and phases[2]["repeats"] == 1
+    assert hyp["repeat_of"] == failed["hypothesis_id"]
+    assert one(db, "SELECT id FROM experiments WHERE hypothesis_id = ?", [hyp["id"]]) is None
+    assert [w["id"] for w in result.waiting] == [hyp["id"]]
+    assert f"a repeat of #{failed['hypothesis_id']}" in result.waiting[0]["why"]
+    # The gap hypothesis got the model's patch and was measured, with its provenance.
     gap_hyp = one(db, "SELECT * FROM hypotheses WHERE origin = 'miner:gap'")
     assert gap_hyp is not None
-    for h in (hyp, gap_hyp):
-        patch = one(db, "SELECT * FROM patches WHERE hypothesis_id = ?", [h["id"]])
-        assert patch is not None and patch["author_kind"] == "llm" and patch["llm_call_id"]
-        exp = one(db, "SELECT * FROM experiments WHERE patch_id = ?", [patch["id"]])
-        assert exp is not None and exp["status"] in ("kept", "discarded", "inconclusive"), exp
+    patch = one(db, "SELECT * FROM patches WHERE hypothesis_id = ?", [gap_hyp["id"]])
+    assert patch is not None and patch["author_kind"] == "llm" and patch["llm_call_id"] in second["call_ids"]
+    exp = one(db, "SELECT * FROM experiments WHERE patch_id = ?", [patch["id"]])
+    assert exp is not None and exp["status"] in ("kept", "discarded", "inconclusive"), exp
     gap_outcome = next(o for o in [*result.kept, *result.others] if "RMS_NORM+MUL" in o.title)
     assert any(ref.startswith("gap:") for ref in gap_outcome.sources)
-    assert not result.waiting
+    # The summary says what each phase found.
+    text = "\n".join(summary_lines(result))
+    assert f"Research phases (the autopilot, miners and {llm.litellm_model}):" in text
+    assert "  phase 2, after wave 1's post-mortem: 1 generated, 1 patched, 1 repaired" in text
+    assert "      model idea   Explain the softmax passes in a comment" in text
+    assert "      model patch  Fuse RMS_NORM+MUL in the cpu backend" in text
     note = one(db, "SELECT meta FROM evidence WHERE kind = 'note'")
     assert note is not None and json.loads(note["meta"])["author"] == llm.litellm_model
     db.conn.close()

@@ -176,6 +176,9 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheels: dict[str, Pa
     workspace = empty / "autoresearch-demo"
     assert Path(result["workspace"]) == workspace.resolve()
     assert len(result["kept"]) == 2 and all(k["commit"] for k in result["kept"])
+    # The autopilot's two research phases and why the run stopped, in the --json output.
+    assert [(r["phase"], r["after_waves"], r["mined"]) for r in result["research"]] == [(1, 0, 7), (2, 1, 0)]
+    assert result["stop_reason"] == "no_hypotheses" and result["stop_meaning"]
     with sqlite3.connect(workspace / "autoresearch.db") as conn:
         winners = conn.execute("SELECT experiment_id, commit_sha FROM winners ORDER BY position").fetchall()
     assert sorted(w[0] for w in winners) == sorted(k["experiment_id"] for k in result["kept"])

@@ -36,9 +36,11 @@ def cli(
     """Run the whole loop on the bundled example: read, hypothesize, measure in waves, keep.
 
     Makes DIR (default ./autoresearch-demo) a workspace on a small C project and its fork, reads
-    four articles, scans which backend fuses what, mines hypotheses from the gaps and the fork's
-    commits, measures them against the baseline in waves on this machine, commits the winners with
-    their provenance and writes a report. No network, no API key (unless --model). A few minutes
+    four articles, scans which backend fuses what, then runs the autopilot: a research phase mines
+    hypotheses from the gaps and the fork's commits, a wave measures them against the baseline on
+    this machine, its post-mortem is stored, a second research phase looks again (with --model the
+    model also writes hypotheses, patches and repairs), the winners are committed with their
+    provenance, and a report is written. No network, no API key (unless --model). A few minutes
     on 2 cores. Progress goes to stdout (stderr with --json, which prints the result at the end).
     """
     from runner.demo import DEFAULT_DIR, DemoOptions, run_demo, summary_lines
