@@ -210,16 +210,6 @@ ORDER BY e.id
     )
 
 
-def hypothesis_by_key(db: sqlite_utils.Database, dedupe_key: str) -> int | None:
-    """The hypothesis with this dedupe key, if any."""
-    found = one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key])
-    return int(found["id"]) if found else None
-
-
-def hypothesis_exists(db: sqlite_utils.Database, hypothesis_id: int) -> bool:
-    return one(db, "SELECT id FROM hypotheses WHERE id = ?", [hypothesis_id]) is not None
-
-
 def hypothesis_titles(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """id and title of every hypothesis, by id (the research phase appends what it adds)."""
     return rows(db, "SELECT id, title FROM hypotheses ORDER BY id")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, create_model
 from kb.config import Settings
 from kb.db import log_event, transaction
 from kb.errors import UserError
+from kb.store import hypotheses as hypothesis_store
 from kb.store import research as store
 from runner import prompting
 from runner.hypotheses import add_hypothesis, add_note, link_evidence
@@ -437,7 +438,7 @@ def _record(
     existing = store.hypothesis_titles(db)
     for item in proposed:
         title = " ".join(item.title.split())
-        if item.repeat_of is not None and store.hypothesis_exists(db, item.repeat_of):
+        if item.repeat_of is not None and hypothesis_store.exists(db, item.repeat_of):
             # The model says it repeats an idea tried: counted, not queued again.
             report.repeats.append({"of": item.repeat_of, "title": title})
             with transaction(db):
@@ -479,7 +480,7 @@ def _record(
             wave_id=wave_id,
         )
         if hid is None:  # same significant words as an earlier hypothesis (its dedupe key)
-            report.merged.append({"into": store.hypothesis_by_key(db, key), "title": title})
+            report.merged.append({"into": hypothesis_store.by_dedupe_key(db, key), "title": title})
             continue
         report.added.append(hid)
         existing.append({"id": hid, "title": title})

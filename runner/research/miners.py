@@ -37,6 +37,7 @@ from kb.commit_facts import (
     parse_claims,
 )
 from kb.db import log_event, transaction
+from kb.store import hypotheses as hypothesis_store
 from kb.store import research as store
 from runner.harness.prepare import protected_paths, refusal
 from runner.hypotheses import add_hypothesis, add_note, add_patch, diff_files
@@ -141,7 +142,7 @@ def mine_gaps(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
             report.skip("not_missing_in_target")
             continue
         key = f"gap:{target}:{ops}"
-        if store.hypothesis_by_key(db, key) is not None:
+        if hypothesis_store.by_dedupe_key(db, key) is not None:
             report.skip("already_mined")
             continue
         fusions = store.fusions_in(db, ops, present)
@@ -255,7 +256,7 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
             report.skip("upstreamed")
             continue
         key = f"fork:{commit['patch_id'] or commit['sha']}"
-        if store.hypothesis_by_key(db, key) is not None or any(c.key == key for c in chunk):
+        if hypothesis_store.by_dedupe_key(db, key) is not None or any(c.key == key for c in chunk):
             report.skip("already_mined")
             continue
         diff = commit["diff"] or ""

@@ -147,19 +147,11 @@ def pending(
     """Hypotheses the patch writer should work on, in the queue order: allowed to run (or waiting as
     `needs_port`; with hypotheses.require_approval, once a person approved it), and without a patch
     that applies."""
-    from runner.queue_query import queue_ids
+    from kb.store.queue import unpatched_ids
 
     strict = settings.hypotheses.require_approval if require_approval is None else require_approval
     statuses: tuple[str, ...] = ("approved",) if strict else ("approved", "proposed", "needs_port")
-    marks = ", ".join("?" for _ in statuses)
-    return queue_ids(
-        db,
-        f"""
-        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-        WHERE h.status IN ({marks}) AND (p.id IS NULL OR p.apply_status = 'conflict')
-        """,
-        list(statuses),
-    )
+    return unpatched_ids(db, statuses)
 
 
 def _window(text: str, line: int, around: int = WINDOW_LINES) -> str:
