@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 import sqlite_utils
 
-from kb.db import one
 from kb.errors import UserError
+from kb.store import citations as store
 
 EVIDENCE_REF = re.compile(r"(evidence|gap|passage):(\d+)")
 PAPER_REF = re.compile(r"paper:(\d+)")
@@ -35,17 +35,8 @@ class Citation:
     """What it points at, for the user ('passage 3 of "Title"')."""
 
 
-def _first_passage(db: sqlite_utils.Database, source_id: int) -> int | None:
-    row = one(
-        db,
-        "SELECT id FROM evidence WHERE source_id = ? AND kind = 'passage' ORDER BY position, id LIMIT 1",
-        [source_id],
-    )
-    return int(row["id"]) if row else None
-
-
 def _paper(db: sqlite_utils.Database, source: dict[str, object], ref: str) -> Citation:
-    evidence = _first_passage(db, int(str(source["id"])))
+    evidence = store.first_passage(db, int(str(source["id"])))
     title = source.get("title") or source.get("url")
     return Citation(ref, [evidence] if evidence else [], f"paper {source['id']} {title!r}")
 
@@ -70,12 +61,7 @@ def resolve(db: sqlite_utils.Database, ref: str) -> Citation:
     """A checked ref: a one-line UserError when it names a knowledge-base row that does not exist."""
     match = EVIDENCE_REF.fullmatch(ref)
     if match:
-        row = one(
-            db,
-            "SELECT e.id, e.kind, e.title, s.title AS source FROM evidence e "
-            "JOIN sources s ON s.id = e.source_id WHERE e.id = ?",
-            [int(match[2])],
-        )
+        row = store.evidence(db, int(match[2]))
         if row is None:
             raise UserError(f"--source {ref}: no such evidence id (see autoresearch kb search)")
         if match[1] == "gap" and row["kind"] != "gap":
@@ -86,18 +72,11 @@ def resolve(db: sqlite_utils.Database, ref: str) -> Citation:
         return Citation(ref, [int(row["id"])], f"{row['kind']} {row['id']} {label!r}")
     match = PAPER_REF.fullmatch(ref)
     if match:
-        source = one(db, "SELECT * FROM sources WHERE id = ? AND kind = 'paper'", [int(match[1])])
+        source = store.paper(db, int(match[1]))
         if source is None:
             raise UserError(f"--source {ref}: no paper with this id (see autoresearch kb papers)")
         return _paper(db, source, str(source["canonical_url"] or source["url"] or ref))
-    forms = _addresses(ref)
-    marks = ", ".join("?" for _ in forms)
-    source = one(
-        db,
-        f"SELECT * FROM sources WHERE kind = 'paper' AND (url IN ({marks}) OR canonical_url IN ({marks})) "
-        "ORDER BY id LIMIT 1",
-        [*forms, *forms],
-    )
+    source = store.paper_at(db, _addresses(ref))
     if source is not None:
         return _paper(db, source, ref)
     if ref.startswith("file://"):

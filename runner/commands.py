@@ -13,8 +13,9 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import insert, now, one, transaction
+from kb.db import now, transaction
 from kb.errors import UserError
+from kb.store import commands as store
 
 TARGETS: dict[str, str] = {
     "approve": "hypothesis",
@@ -59,13 +60,11 @@ def send(
     if target_id is None and target_kind != "run":
         raise UserError(f"command {kind}: needs the id of a {target_kind}")
     _check_args(kind, args or {})
-    table = {"hypothesis": "hypotheses", "run": "runs", "experiment": "experiments"}[target_kind]
     with transaction(db):
-        if target_id is not None and not one(db, f"SELECT id FROM {table} WHERE id = ?", [target_id]):
+        if target_id is not None and not store.target_exists(db, target_kind, target_id):
             raise UserError(f"command {kind}: no {target_kind} {target_id}")
-        return insert(
+        return store.create(
             db,
-            "commands",
             {
                 "kind": kind,
                 "target_kind": target_kind,

@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 import sqlite_utils
 
-from kb.db import insert, log_event, now, one, rows, transaction, update
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.patchnorm import normalized_sha
+from kb.store import hypotheses as store
 from kb.vocabulary import HYPOTHESIS_STATUSES
 
 HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable", "needs_port"]
@@ -111,12 +112,11 @@ def add_hypothesis(
     if not title.strip():
         raise UserError("hypothesis title: must not be empty")
     with transaction(db):
-        if dedupe_key is not None and one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key]):
+        if dedupe_key is not None and store.by_dedupe_key(db, dedupe_key) is not None:
             return None
         stamp = now()
-        hid = insert(
+        hid = store.create(
             db,
-            "hypotheses",
             {
                 "title": title.strip(),
                 "rationale": rationale,
@@ -135,16 +135,11 @@ def add_hypothesis(
             },
         )
         for evidence_id in evidence_ids:
-            if not one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]):
+            if not store.evidence_exists(db, evidence_id):
                 raise UserError(f"evidence {evidence_id}: no such evidence id")
-            db.execute(
-                "INSERT OR IGNORE INTO hypothesis_evidence (hypothesis_id, evidence_id) VALUES (?, ?)",
-                [hid, evidence_id],
-            )
+            store.link_evidence(db, hid, evidence_id)
         for ref in source_refs:
-            db.execute(
-                "INSERT OR IGNORE INTO hypothesis_sources (hypothesis_id, ref) VALUES (?, ?)", [hid, ref]
-            )
+            store.link_source_ref(db, hid, ref)
     return hid
 
 
@@ -169,9 +164,8 @@ def add_patch(
     if not files:
         raise UserError(f"patch for hypothesis {hypothesis_id}: not a unified diff (no file headers)")
     with transaction(db):
-        pid = insert(
+        pid = store.create_patch(
             db,
-            "patches",
             {
                 "hypothesis_id": hypothesis_id,
                 "diff": diff,
@@ -199,7 +193,7 @@ def add_patch(
 
 
 def get(db: sqlite_utils.Database, hypothesis_id: int) -> Hypothesis:
-    row = one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+    row = store.stored(db, hypothesis_id)
     if row is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
     return Hypothesis.from_row(row)
@@ -209,7 +203,7 @@ def set_status(db: sqlite_utils.Database, hypothesis_id: int, status: Hypothesis
     if status not in STATUSES:
         raise UserError(f"status {status!r}: must be one of {', '.join(STATUSES)}")
     get(db, hypothesis_id)
-    update(db, "hypotheses", hypothesis_id, {"status": status, "updated_at": now()})
+    store.update(db, hypothesis_id, {"status": status, "updated_at": now()})
 
 
 def approval_status(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisStatus:
@@ -239,13 +233,13 @@ def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float)
     """A person's priority: above 0 the hypothesis goes before the ranked queue, at 0 or below after
     it (runner/queue_query.py)."""
     get(db, hypothesis_id)
-    update(db, "hypotheses", hypothesis_id, {"priority": priority, "priority_set": 1, "updated_at": now()})
+    store.update(db, hypothesis_id, {"priority": priority, "priority_set": 1, "updated_at": now()})
 
 
 def clear_priority(db: sqlite_utils.Database, hypothesis_id: int) -> None:
     """Drop a person's priority: the hypothesis goes back to its place by rank."""
     get(db, hypothesis_id)
-    update(db, "hypotheses", hypothesis_id, {"priority_set": 0, "updated_at": now()})
+    store.update(db, hypothesis_id, {"priority_set": 0, "updated_at": now()})
 
 
 def stepped_priority(hyp: Hypothesis, delta: float) -> float:
@@ -260,7 +254,7 @@ def stepped_priority(hyp: Hypothesis, delta: float) -> float:
 
 
 def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
-    return one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
+    return store.latest_patch_row(db, hypothesis_id)
 
 
 def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[str, Any]]:
@@ -268,36 +262,16 @@ def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[
     family's leader before the members waiting behind it: runner/queue_query.py): the latest patch of
     each hypothesis that may run and has no finished or live experiment for that patch yet. A
     hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs."""
-    from runner.queue_query import QUEUE_ORDER
-
     allowed: Sequence[str] = (
         ("approved", "patched") if require_approval else ("proposed", "approved", "patched")
     )
-    marks = ", ".join("?" for _ in allowed)
-    return rows(
-        db,
-        f"""
-        SELECT p.*, h.title AS hypothesis_title, h.priority AS priority, h.rank AS rank
-        FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
-        WHERE h.status IN ({marks}) AND h.status != 'needs_port'
-          -- an idea already measured in this workspace (the autopilot's novelty check) is not run again
-          AND h.repeat_of IS NULL
-          AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-          -- a patch known not to apply on the baseline waits for the patch writer to rebase it
-          AND coalesce(p.apply_status, 'unchecked') != 'conflict'
-          AND NOT EXISTS (
-              -- a lost experiment is re-queued as a new one, so it does not count here
-              SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')
-        ORDER BY {QUEUE_ORDER}
-        """,
-        list(allowed),
-    )
+    return store.runnable(db, allowed)
 
 
 def mark_repeat(db: sqlite_utils.Database, hypothesis_id: int, of: int, why: str) -> None:
     """An idea already measured here (novelty): it stays in the queue's history, never runs."""
     with transaction(db):
-        update(db, "hypotheses", hypothesis_id, {"repeat_of": of, "updated_at": now()})
+        store.update(db, hypothesis_id, {"repeat_of": of, "updated_at": now()})
         add_note(db, hypothesis_id, f"repeat of #{of}: {why}")
         log_event(db, "hypothesis.repeat", f"hypothesis {hypothesis_id}: a repeat of #{of} ({why})")
 
@@ -306,20 +280,20 @@ def mark_conflict(db: sqlite_utils.Database, patch_id: int, error: str) -> None:
     """A patch that no longer applies after a winner, even three-way: it waits for a port, and its
     hypothesis as `needs_port` (the patch writer ports it, as a fork commit's)."""
     with transaction(db):
-        patch = one(db, "SELECT hypothesis_id FROM patches WHERE id = ?", [patch_id])
+        patch = store.patch_row(db, patch_id)
         if patch is None:
             raise UserError(f"patch {patch_id}: no such patch")
-        update(db, "patches", patch_id, {"apply_status": "conflict", "apply_error": error[:4000]})
+        store.update_patch(db, patch_id, {"apply_status": "conflict", "apply_error": error[:4000]})
         set_status(db, patch["hypothesis_id"], "needs_port")
 
 
 def add_note(db: sqlite_utils.Database, hypothesis_id: int, text: str) -> None:
     """Append a line to a hypothesis's notes (why it is unpatchable, what was merged into it)."""
-    hyp = one(db, "SELECT notes FROM hypotheses WHERE id = ?", [hypothesis_id])
+    hyp = store.stored(db, hypothesis_id)
     if hyp is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
     notes = f"{hyp['notes']}\n{text}" if hyp["notes"] else text
-    update(db, "hypotheses", hypothesis_id, {"notes": notes, "updated_at": now()})
+    store.update(db, hypothesis_id, {"notes": notes, "updated_at": now()})
 
 
 def link_evidence(db: sqlite_utils.Database, hypothesis_id: int, evidence_ids: Iterable[int]) -> int:
@@ -328,22 +302,11 @@ def link_evidence(db: sqlite_utils.Database, hypothesis_id: int, evidence_ids: I
     added = 0
     with transaction(db):
         for evidence_id in evidence_ids:
-            if not one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]):
+            if not store.evidence_exists(db, evidence_id):
                 raise UserError(f"evidence {evidence_id}: no such evidence id")
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO hypothesis_evidence (hypothesis_id, evidence_id) VALUES (?, ?)",
-                [hypothesis_id, evidence_id],
-            )
-            added += cursor.rowcount
+            added += store.link_evidence(db, hypothesis_id, evidence_id)
     return added
 
 
 def evidence_of(db: sqlite_utils.Database, hypothesis_id: int) -> list[int]:
-    return [
-        r["evidence_id"]
-        for r in rows(
-            db,
-            "SELECT evidence_id FROM hypothesis_evidence WHERE hypothesis_id = ? ORDER BY evidence_id",
-            [hypothesis_id],
-        )
-    ]
+    return store.evidence_ids(db, hypothesis_id)

@@ -33,8 +33,9 @@ import sqlite_utils
 from pydantic import BaseModel, ValidationError
 
 from kb.config import LLMSettings
-from kb.db import insert, log_event, now, one, transaction, update
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.store import llm_calls as store
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -124,8 +125,7 @@ class StructuredResult(Generic[T]):
 
 
 def spent_usd(db: sqlite_utils.Database) -> float:
-    row = one(db, "SELECT coalesce(sum(cost_usd), 0) AS spent FROM llm_calls")
-    return float(row["spent"]) if row else 0.0
+    return store.spent_usd(db)
 
 
 def _secrets() -> list[str]:
@@ -239,12 +239,7 @@ class LLMClient:
         schema: type[T],
         validate: Callable[[T], None] | None,
     ) -> StructuredResult[T] | None:
-        stored = one(
-            self.db,
-            "SELECT id, response FROM llm_calls WHERE step = ? AND error IS NULL AND response IS NOT NULL "
-            "ORDER BY id DESC LIMIT 1",
-            [step],
-        )
+        stored = store.answer_for_step(self.db, step)
         if stored is None:
             return None
         try:
@@ -277,7 +272,7 @@ class LLMClient:
 
     def _log(self, row: dict[str, Any]) -> int:
         with transaction(self.db):
-            return insert(self.db, "llm_calls", row)
+            return store.create(self.db, row)
 
     def _check_budget(self, purpose: str, prompt: str, hypothesis_id: int | None) -> None:
         spent = spent_usd(self.db)
@@ -287,7 +282,7 @@ class LLMClient:
                 "no further model calls (raise llm.budget_usd in autoresearch.toml to continue)"
             )
             with transaction(self.db):
-                insert(self.db, "llm_calls", self._row(purpose, prompt, hypothesis_id, 0, error=message))
+                store.create(self.db, self._row(purpose, prompt, hypothesis_id, 0, error=message))
                 log_event(self.db, "llm.budget", message, level="warning", run_id=self.run_id)
             raise BudgetExceeded(message)
 
@@ -446,12 +441,7 @@ class LLMClient:
                     last_error = f"cut off at the token limit ({limit}) before it was complete: {last_error}"
                 size = f" ({len(text):,} characters)" if len(text) > 2 * EXCERPT_CHARS else ""
                 with transaction(self.db):
-                    update(
-                        self.db,
-                        "llm_calls",
-                        call_id,
-                        {"error": f"invalid answer{size}: {last_error}"[:MAX_ERROR_CHARS]},
-                    )
+                    store.set_error(self.db, call_id, f"invalid answer{size}: {last_error}"[:MAX_ERROR_CHARS])
                 shown = (
                     f" (it was {len(text):,} characters long; only its start and end are shown above)"
                     if size

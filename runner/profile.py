@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 
 import sqlite_utils
 
-from kb.db import now, rows, transaction
+from kb.db import now, transaction
+from kb.store import profiles as store
 
 
 def shares(calls: Iterable[Mapping[str, float]]) -> dict[str, tuple[float, int]]:
@@ -35,22 +36,10 @@ def record(
         return 0
     stamp = now()
     with transaction(db):
-        db.execute("DELETE FROM baseline_profiles WHERE baseline_commit = ?", [baseline])
-        db.conn.executemany(
-            "INSERT INTO baseline_profiles (baseline_commit, symbol, share, calls, source, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(baseline, symbol, share, n, source, stamp) for symbol, (share, n) in found.items()],
-        )
+        store.replace(db, baseline, found, source, stamp)
     return len(found)
 
 
 def load(db: sqlite_utils.Database, baseline: str) -> dict[str, float]:
     """{symbol: share} recorded for a baseline commit ({} when its benchmark prints no profile)."""
-    return {
-        r["symbol"]: float(r["share"])
-        for r in rows(
-            db,
-            "SELECT symbol, share FROM baseline_profiles WHERE baseline_commit = ? ORDER BY share DESC",
-            [baseline],
-        )
-    }
+    return store.shares(db, baseline)

@@ -46,7 +46,8 @@ from kb.commit_facts import (
     parse_claims,
     touched_functions,
 )
-from kb.db import rows, transaction
+from kb.db import transaction
+from kb.store import ranking as store
 
 if TYPE_CHECKING:
     from kb.inventory.layout import HistoryBackends
@@ -154,7 +155,7 @@ def target_of(ws: Workspace, db: sqlite_utils.Database) -> Target:
     settings = ws.settings
     backend = settings.kb.inventory.target_backend
     gap_ops: dict[str, str] = {}
-    for gap in rows(db, "SELECT title, meta FROM evidence WHERE kind = 'gap'"):
+    for gap in store.gaps(db):
         meta = _json(gap["meta"])
         missing = meta.get("missing") if isinstance(meta, dict) else None
         if isinstance(missing, str):
@@ -170,7 +171,7 @@ def target_of(ws: Workspace, db: sqlite_utils.Database) -> Target:
     for symbol, share in profile.load(db, baseline).items():
         name = base_name(symbol)
         shares[name] = shares.get(name, 0.0) + share
-    newest = db.execute("SELECT max(authored_at) FROM commits").fetchone()[0]
+    newest = store.newest_commit_at(db)
     return Target(
         backend=backend,
         primary=metric_kind(settings.metric.primary),
@@ -193,20 +194,6 @@ def _json(value: Any) -> Any:
 
 
 # --- the facts of each hypothesis ------------------------------------------------------------------
-
-_FACTS_SQL = """
-SELECT h.id, h.origin, h.expected_effect, h.created_at,
-       p.diff AS patch_diff, p.files AS patch_files, p.author_kind, p.apply_status,
-       c.files AS commit_files, c.backends, c.areas, c.claims, c.message, c.subject, c.authored_at,
-       c.diff AS commit_diff,
-       (SELECT e.title FROM hypothesis_evidence he JOIN evidence e ON e.id = he.evidence_id
-        WHERE he.hypothesis_id = h.id AND e.kind = 'gap' LIMIT 1) AS gap
-FROM hypotheses h
-LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-LEFT JOIN commits c ON c.evidence_id = (
-    SELECT min(he.evidence_id) FROM hypothesis_evidence he JOIN commits cc ON cc.evidence_id = he.evidence_id
-    WHERE he.hypothesis_id = h.id)
-"""
 
 
 def _lines(diff: str) -> int:
@@ -274,15 +261,8 @@ class _LazyBackends:
 def read_facts(ws: Workspace, db: sqlite_utils.Database, ids: Iterable[int] | None = None) -> Iterator[Facts]:
     """The facts of every hypothesis (or of `ids`), one row at a time (diffs are not kept)."""
     lazy = _LazyBackends(ws)
-    if ids is None:
-        cursor = db.execute(_FACTS_SQL + " ORDER BY h.id")
-        names = [d[0] for d in cursor.description]
-        for values in cursor:
-            yield _facts(dict(zip(names, values, strict=True)), lazy)
-        return
-    for hid in ids:
-        for r in rows(db, _FACTS_SQL + " WHERE h.id = ?", [hid]):
-            yield _facts(r, lazy)
+    for r in store.facts(db, ids):
+        yield _facts(r, lazy)
 
 
 # --- the parts -------------------------------------------------------------------------------------
@@ -489,13 +469,10 @@ def rerank(ws: Workspace, db: sqlite_utils.Database, ids: Iterable[int] | None =
             kept.append(f)
     report = RankReport(ranked=len(updates))
     with transaction(db):
-        db.conn.executemany("UPDATE hypotheses SET rank = ?, rank_why = ? WHERE id = ?", updates)
+        store.set_ranks(db, updates)
         if wanted is None:
             grouped = families(kept)
-            db.execute("UPDATE hypotheses SET family = NULL WHERE family IS NOT NULL")
-            db.conn.executemany(
-                "UPDATE hypotheses SET family = ? WHERE id = ?", [(fam, hid) for hid, fam in grouped.items()]
-            )
+            store.set_families(db, grouped)
             report.families = len(set(grouped.values()))
             report.in_families = len(grouped)
     report.seconds = time.perf_counter() - started

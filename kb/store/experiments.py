@@ -281,3 +281,19 @@ def busy_workers(db: sqlite_utils.Database, run_id: int) -> set[int]:
         [run_id],
     )
     return {int(r["worker_id"]) for r in found}
+
+
+def count_in(db: sqlite_utils.Database, run_id: int, statuses: Sequence[str]) -> int:
+    """How many of the run's experiments are in one of `statuses`."""
+    marks = ", ".join("?" for _ in statuses)
+    found = one(
+        db,
+        f"SELECT count(*) AS n FROM experiments WHERE run_id = ? AND status IN ({marks})",
+        [run_id, *statuses],
+    )
+    return int(found["n"]) if found else 0
+
+
+def add_cost(db: sqlite_utils.Database, experiment_id: int, usd: float) -> None:
+    """Charge the experiment for worker time its job held."""
+    db.execute("UPDATE experiments SET cost_usd = cost_usd + ? WHERE id = ?", [usd, experiment_id])

@@ -1,9 +1,11 @@
 """The hypothesis tables as the faces read them: a hypothesis's text, the evidence and sources it
-cites, its patches and the experiments that tried it. The queue's order is runner.queue_query's."""
+cites, its patches and the experiments that tried it; and their writes, as runner.hypotheses makes
+them. The queue's order is kb.store.queue's."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
@@ -249,6 +251,9 @@ class NewHypothesis(TypedDict, total=False):
     dedupe_key: str | None
     llm_call_id: int | None
     notes: str | None
+    risk: str | None
+    cost: float | None
+    wave_id: int | None
     created_at: Required[float]
     updated_at: Required[float]
 
@@ -294,3 +299,131 @@ def origins(db: sqlite_utils.Database, hypothesis_ids: list[int]) -> dict[int, H
         list(hypothesis_ids),
     )
     return {int(r["id"]): HypothesisOrigin(r["wave"], r["repeat_of"]) for r in found}
+
+
+class HypothesisUpdate(TypedDict, total=False):
+    """Columns of a hypothesis that change after its insert; only those given are written."""
+
+    status: str
+    priority: float
+    priority_set: int
+    repeat_of: int | None
+    notes: str | None
+    updated_at: float
+
+
+def update(db: sqlite_utils.Database, hypothesis_id: int, values: HypothesisUpdate) -> None:
+    from kb.db import update as update_row
+
+    update_row(db, "hypotheses", hypothesis_id, values)
+
+
+def by_dedupe_key(db: sqlite_utils.Database, dedupe_key: str) -> int | None:
+    """The hypothesis with this dedupe key, if any (miners and the research phase add each once)."""
+    found = one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [dedupe_key])
+    return int(found["id"]) if found else None
+
+
+def exists(db: sqlite_utils.Database, hypothesis_id: int) -> bool:
+    return one(db, "SELECT id FROM hypotheses WHERE id = ?", [hypothesis_id]) is not None
+
+
+def evidence_exists(db: sqlite_utils.Database, evidence_id: int) -> bool:
+    return one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]) is not None
+
+
+def link_evidence(db: sqlite_utils.Database, hypothesis_id: int, evidence_id: int) -> bool:
+    """Cite evidence from a hypothesis; False when it already did."""
+    cursor = db.execute(
+        "INSERT OR IGNORE INTO hypothesis_evidence (hypothesis_id, evidence_id) VALUES (?, ?)",
+        [hypothesis_id, evidence_id],
+    )
+    return bool(cursor.rowcount)
+
+
+def link_source_ref(db: sqlite_utils.Database, hypothesis_id: int, ref: str) -> None:
+    """A free-form source ref of a hypothesis, once (a second equal ref is ignored)."""
+    db.execute(
+        "INSERT OR IGNORE INTO hypothesis_sources (hypothesis_id, ref) VALUES (?, ?)", [hypothesis_id, ref]
+    )
+
+
+def evidence_ids(db: sqlite_utils.Database, hypothesis_id: int) -> list[int]:
+    """The evidence a hypothesis cites, by id."""
+    found = rows(
+        db,
+        "SELECT evidence_id FROM hypothesis_evidence WHERE hypothesis_id = ? ORDER BY evidence_id",
+        [hypothesis_id],
+    )
+    return [r["evidence_id"] for r in found]
+
+
+# --- patches ------------------------------------------------------------------------------------
+
+
+class NewPatch(TypedDict):
+    """A patch to insert (`files` is stored as JSON)."""
+
+    hypothesis_id: int
+    diff: str
+    diff_sha: str
+    files: list[str]
+    author_kind: str
+    author: str | None
+    llm_call_id: int | None
+    apply_status: str
+    apply_error: str | None
+    base_commit: str | None
+    repair_of: int | None
+    from_experiment: int | None
+    norm_sha: str | None
+    created_at: float
+
+
+class PatchUpdate(TypedDict, total=False):
+    apply_status: str
+    apply_error: str | None
+
+
+def create_patch(db: sqlite_utils.Database, patch: NewPatch) -> int:
+    from kb.db import insert
+
+    return insert(db, "patches", patch)
+
+
+def update_patch(db: sqlite_utils.Database, patch_id: int, values: PatchUpdate) -> None:
+    from kb.db import update as update_row
+
+    update_row(db, "patches", patch_id, values)
+
+
+def latest_patch_row(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+    """Every column of a hypothesis's latest patch: the patch writer and the loop pass it on whole."""
+    return one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
+
+
+def runnable(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[dict[str, Any]]:
+    """Patches ready for a wave, in the queue order: the latest patch (every column, with
+    hypothesis_title, priority and rank) of each hypothesis in one of `statuses` that may run and
+    has no finished or live experiment for that patch yet."""
+    from kb.store.queue import QUEUE_ORDER
+
+    marks = ", ".join("?" for _ in statuses)
+    return rows(
+        db,
+        f"""
+        SELECT p.*, h.title AS hypothesis_title, h.priority AS priority, h.rank AS rank
+        FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id
+        WHERE h.status IN ({marks}) AND h.status != 'needs_port'
+          -- an idea already measured in this workspace (the autopilot's novelty check) is not run again
+          AND h.repeat_of IS NULL
+          AND p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+          -- a patch known not to apply on the baseline waits for the patch writer to rebase it
+          AND coalesce(p.apply_status, 'unchecked') != 'conflict'
+          AND NOT EXISTS (
+              -- a lost experiment is re-queued as a new one, so it does not count here
+              SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')
+        ORDER BY {QUEUE_ORDER}
+        """,
+        list(statuses),
+    )

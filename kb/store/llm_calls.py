@@ -1,10 +1,11 @@
-"""The model calls the research phase logged (prompts, responses, tokens and cost)."""
+"""The model calls the research phase logged (prompts, responses, tokens and cost), and the client's
+own record of them (runner/llm.py: the budget, a replayed answer, a call and its error)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kb.store.paging import one, rows
 
@@ -72,3 +73,36 @@ def cost_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int, 
             list(run_ids),
         )
     }
+
+
+# --- the client's own record (runner/llm.py) ---------------------------------------------------
+
+
+def spent_usd(db: sqlite_utils.Database) -> float:
+    """What every LLM call so far cost (the budget's measure)."""
+    found = one(db, "SELECT coalesce(sum(cost_usd), 0) AS spent FROM llm_calls")
+    return float(found["spent"]) if found else 0.0
+
+
+def answer_for_step(db: sqlite_utils.Database, step: str) -> dict[str, Any] | None:
+    """id and response of the newest call of this step that got an answer and no error."""
+    return one(
+        db,
+        "SELECT id, response FROM llm_calls WHERE step = ? AND error IS NULL AND response IS NOT NULL "
+        "ORDER BY id DESC LIMIT 1",
+        [step],
+    )
+
+
+def create(db: sqlite_utils.Database, call: Mapping[str, Any]) -> int:
+    """A call as the client records it: its row is built from the call's own columns (the prompt,
+    the usage, the error), so it comes as a mapping."""
+    from kb.db import insert
+
+    return insert(db, "llm_calls", call)
+
+
+def set_error(db: sqlite_utils.Database, call_id: int, error: str) -> None:
+    from kb.db import update
+
+    update(db, "llm_calls", call_id, {"error": error})

@@ -1,106 +1,303 @@
-"""The autopilot's research phases as the console reads them: one row per phase of a run (its
-`research_started` / `research_done` events, runner/measure/research_phase.py) and the steering
-notes in force (runs.steering)."""
+"""The research phase's reads and its one knowledge write: what runner/research (generate, miners,
+patch_writer, phase, reflection) asks of the measured runs, the knowledge base and the queue, and
+the post-mortem note a reflection stores for its wave.
+
+Rows the research modules hand on whole (an experiment to repair, a wave's facts printed as JSON)
+stay mappings; the rest come back as the ids and values asked for."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kb.store.paging import loads, one, rows
+from kb.store.decisions import latest_decision_id
+from kb.store.paging import one, rows
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 
-@dataclass(frozen=True)
-class ResearchPhase:
-    """One research phase: what it found and what its model calls cost."""
-
-    number: int
-    started_at: float
-    ended_at: float | None
-    """None while it runs (or when a kill cut it short: the resumed run does it again)."""
-    mined: int = 0
-    generated: int = 0
-    patched: int = 0
-    repaired: int = 0
-    ported: int = 0
-    repeats: int = 0
-    failures: tuple[str, ...] = ()
-    cost_usd: float = 0.0
-    calls: int = 0
-
-    @property
-    def done(self) -> bool:
-        return self.ended_at is not None
+def _marks(values: Sequence[Any]) -> str:
+    """Placeholders for an IN list; `NULL` for none, so the list matches nothing."""
+    return ", ".join("?" for _ in values) or "NULL"
 
 
-@dataclass(frozen=True)
-class RunSteering:
-    """runs.steering: the notes the next research phase reads, and the approval switch."""
-
-    focus: tuple[str, ...] = ()
-    avoid: tuple[str, ...] = ()
-    approval: bool | None = None
-    """None: the config's hypotheses.require_approval decides."""
+# --- what was measured -------------------------------------------------------------------------
 
 
-def _int(data: dict[str, Any], key: str) -> int:
-    value = data.get(key)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+def latest_baseline_run(db: sqlite_utils.Database) -> int | None:
+    """The run of the newest baseline (side A) sample."""
+    found = one(
+        db,
+        "SELECT e.run_id FROM samples s JOIN experiments e ON e.id = s.experiment_id "
+        "WHERE s.side = 'A' ORDER BY s.id DESC LIMIT 1",
+    )
+    return int(found["run_id"]) if found else None
 
 
-def research_log(db: sqlite_utils.Database, run_id: int, *, limit: int = 50) -> list[ResearchPhase]:
-    """A run's research phases, newest first: each `research_done` with its report, and a phase
-    started but not (yet) done."""
+def baseline_values(db: sqlite_utils.Database, run_id: int) -> list[tuple[str, float]]:
+    """(metric, value) of every baseline sample of the run, in the order measured."""
     found = rows(
         db,
-        "SELECT ts, kind, data FROM events WHERE run_id = ? "
-        "AND kind IN ('research_started', 'research_done') ORDER BY id",
+        "SELECT s.metric, s.value FROM samples s JOIN experiments e ON e.id = s.experiment_id "
+        "WHERE e.run_id = ? AND s.side = 'A' ORDER BY s.id",
         [run_id],
     )
-    started: dict[int, float] = {}
-    phases: dict[int, ResearchPhase] = {}
-    for r in found:
-        data = loads(r["data"])
-        if not isinstance(data, dict):
-            continue
-        number = _int(data, "phase")
-        if r["kind"] == "research_started":
-            started[number] = r["ts"]
-            phases[number] = ResearchPhase(number, r["ts"], None)
-            continue
-        failures = data.get("failures")
-        calls = data.get("call_ids")
-        cost = data.get("cost_usd")
-        phases[number] = ResearchPhase(
-            number=number,
-            started_at=started.get(number, r["ts"]),
-            ended_at=r["ts"],
-            mined=_int(data, "mined"),
-            generated=_int(data, "generated"),
-            patched=_int(data, "patched"),
-            repaired=_int(data, "repaired"),
-            ported=_int(data, "ported"),
-            repeats=_int(data, "repeats"),
-            failures=tuple(str(f) for f in failures) if isinstance(failures, list) else (),
-            cost_usd=float(cost) if isinstance(cost, int | float) else 0.0,
-            calls=len(calls) if isinstance(calls, list) else 0,
+    return [(r["metric"], float(r["value"])) for r in found]
+
+
+def noise_floor(db: sqlite_utils.Database, run_id: int) -> float | None:
+    found = one(db, "SELECT noise_floor FROM runs WHERE id = ?", [run_id])
+    return found["noise_floor"] if found else None
+
+
+def results(db: sqlite_utils.Database, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` measured candidates (newest first): id, hypothesis_id, title, status,
+    reason, meta and their decision's effect, ci_low, ci_high and pairs (the runner's own decision
+    first, then the final one, then the newest)."""
+    return rows(
+        db,
+        "SELECT e.id, e.hypothesis_id, e.title, e.status, e.reason, e.meta, d.effect, d.ci_low, d.ci_high, "
+        "d.pairs FROM experiments e LEFT JOIN decisions d ON d.id = (SELECT id FROM decisions "
+        "WHERE experiment_id = e.id ORDER BY origin = 'runner' DESC, is_final DESC, id DESC LIMIT 1) "
+        "WHERE e.kind = 'candidate' AND e.status NOT IN ('queued', 'running', 'cancelled', 'lost') "
+        "ORDER BY e.id DESC LIMIT ?",
+        [limit],
+    )
+
+
+def repairable(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+    """The run's candidates whose hypothesis's latest patch failed its checks, did not apply or did
+    not build, and whose hypothesis is still open (every experiment column, and hypothesis_status)."""
+    return rows(
+        db,
+        "SELECT e.*, h.status AS hypothesis_status FROM experiments e "
+        "JOIN hypotheses h ON h.id = e.hypothesis_id "
+        "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.patch_id IS NOT NULL "
+        "AND (e.status = 'checks_failed' "
+        "OR (e.status = 'crashed' AND e.reason IN ('does_not_apply', 'build'))) "
+        # only the hypothesis's latest patch: one already repaired has a newer one
+        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) "
+        "AND h.status NOT IN ('rejected', 'unpatchable', 'needs_port') AND h.repeat_of IS NULL "
+        "ORDER BY e.id",
+        [run_id],
+    )
+
+
+def conflicts_to_port(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+    """The run's conflicts (every experiment column) whose hypothesis needs a port, of its latest patch."""
+    return rows(
+        db,
+        "SELECT e.* FROM experiments e JOIN hypotheses h ON h.id = e.hypothesis_id "
+        "WHERE e.run_id = ? AND e.status = 'conflict' AND h.status = 'needs_port' "
+        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) ORDER BY e.id",
+        [run_id],
+    )
+
+
+def measured_twin(
+    db: sqlite_utils.Database, norm_sha: str, patch_id: int, statuses: Sequence[str]
+) -> dict[str, Any] | None:
+    """The first candidate in one of `statuses` whose patch (another than `patch_id`) makes the same
+    normalised change: hypothesis_id, experiment_id, status."""
+    return one(
+        db,
+        f"SELECT p.hypothesis_id, e.id AS experiment_id, e.status FROM patches p "
+        f"JOIN experiments e ON e.patch_id = p.id WHERE p.norm_sha = ? AND p.id != ? "
+        f"AND e.kind = 'candidate' AND e.status IN ({_marks(statuses)}) ORDER BY e.id LIMIT 1",
+        [norm_sha, patch_id, *statuses],
+    )
+
+
+def repair_of(db: sqlite_utils.Database, patch_id: int) -> int | None:
+    """The patch this one repairs, if any (None too when there is no such patch)."""
+    found = one(db, "SELECT repair_of FROM patches WHERE id = ?", [patch_id])
+    return None if found is None or found["repair_of"] is None else int(found["repair_of"])
+
+
+def patch_diff(db: sqlite_utils.Database, patch_id: int) -> str | None:
+    found = one(db, "SELECT diff FROM patches WHERE id = ?", [patch_id])
+    return found["diff"] if found else None
+
+
+def run_branch(db: sqlite_utils.Database, run_id: int) -> dict[str, Any] | None:
+    """A run's branch and baseline_commit."""
+    return one(db, "SELECT branch, baseline_commit FROM runs WHERE id = ?", [run_id])
+
+
+def run_calls_after(db: sqlite_utils.Database, run_id: int, after_id: int) -> list[tuple[int, float]]:
+    """(id, cost) of the run's LLM calls after `after_id`, in order."""
+    found = rows(
+        db, "SELECT id, cost_usd FROM llm_calls WHERE id > ? AND run_id = ? ORDER BY id", [after_id, run_id]
+    )
+    return [(int(c["id"]), float(c["cost_usd"] or 0.0)) for c in found]
+
+
+def last_call_id(db: sqlite_utils.Database) -> int:
+    found = one(db, "SELECT coalesce(max(id), 0) AS n FROM llm_calls")
+    return int(found["n"]) if found else 0
+
+
+# --- the knowledge base and the queue ----------------------------------------------------------
+
+
+def evidence_ids_of_kind(
+    db: sqlite_utils.Database, kind: str, limit: int, *, newest: bool = False
+) -> list[int]:
+    """Up to `limit` evidence ids of this kind, oldest first (newest first with `newest`)."""
+    order = "DESC" if newest else ""
+    found = rows(db, f"SELECT id FROM evidence WHERE kind = ? ORDER BY id {order} LIMIT ?", [kind, limit])
+    return [r["id"] for r in found]
+
+
+def existing_evidence(db: sqlite_utils.Database, ids: Sequence[int]) -> set[int]:
+    """Those of `ids` that are evidence ids."""
+    return {r["id"] for r in rows(db, f"SELECT id FROM evidence WHERE id IN ({_marks(ids)})", list(ids))}
+
+
+def evidence_titles(db: sqlite_utils.Database, ids: Sequence[int]) -> list[str | None]:
+    return [
+        r["title"] for r in rows(db, f"SELECT title FROM evidence WHERE id IN ({_marks(ids)})", list(ids))
+    ]
+
+
+def commit_paths(db: sqlite_utils.Database, evidence_id: int) -> list[str]:
+    """The files a fork commit (by its evidence id) touches, by path."""
+    found = rows(db, "SELECT path FROM commit_files WHERE evidence_id = ? ORDER BY path", [evidence_id])
+    return [r["path"] for r in found]
+
+
+def fusion_sites(db: sqlite_utils.Database, evidence_ids: Sequence[int], limit: int) -> list[dict[str, Any]]:
+    """backend, file and line of the fusions among this evidence, by evidence id."""
+    return rows(
+        db,
+        f"SELECT backend, file, line FROM fusions WHERE evidence_id IN ({_marks(evidence_ids)}) "
+        "ORDER BY evidence_id LIMIT ?",
+        [*evidence_ids, limit],
+    )
+
+
+def gaps(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """Every backend fusion gap (every evidence column), by id."""
+    return rows(db, "SELECT * FROM evidence WHERE kind = 'gap' ORDER BY id")
+
+
+def fusions_in(db: sqlite_utils.Database, ops: str, backends: Sequence[str]) -> list[dict[str, Any]]:
+    """The fusions of these ops in these backends: evidence_id, backend, file, line, kind."""
+    return rows(
+        db,
+        f"SELECT f.evidence_id, f.backend, f.file, f.line, f.kind FROM fusions f "
+        f"WHERE f.ops = ? AND f.backend IN ({_marks(backends)}) "
+        "ORDER BY f.backend, f.evidence_id",
+        [ops, *backends],
+    )
+
+
+def fork_commits(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """Every fork commit with its diff and facts, by evidence id."""
+    return rows(
+        db,
+        """
+SELECT e.id AS evidence_id, s.name AS fork, c.sha, c.subject, c.message, c.files, c.diff,
+       c.diff_truncated, c.upstreamed, c.patch_id, c.insertions, c.deletions,
+       c.backends, c.areas, c.claims
+FROM commits c
+JOIN evidence e ON e.id = c.evidence_id
+JOIN sources s ON s.id = e.source_id
+WHERE s.kind = 'fork'
+ORDER BY e.id
+""",
+    )
+
+
+def hypothesis_titles(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """id and title of every hypothesis, by id (the research phase appends what it adds)."""
+    return rows(db, "SELECT id, title FROM hypotheses ORDER BY id")
+
+
+def top_hypotheses(db: sqlite_utils.Database, limit: int) -> list[dict[str, Any]]:
+    """id, status and title of the `limit` hypotheses of highest priority."""
+    return rows(db, "SELECT id, status, title FROM hypotheses ORDER BY priority DESC, id LIMIT ?", [limit])
+
+
+# --- the post-mortem ---------------------------------------------------------------------------
+
+
+def wave_with_run(db: sqlite_utils.Database, wave_id: int) -> dict[str, Any] | None:
+    """Every column of a wave, with its run's name (run_name), noise_floor and policy."""
+    return one(
+        db,
+        "SELECT w.*, r.name AS run_name, r.noise_floor, r.policy FROM waves w JOIN runs r ON r.id = w.run_id "
+        "WHERE w.id = ?",
+        [wave_id],
+    )
+
+
+def wave_outcomes(db: sqlite_utils.Database, wave_id: int) -> list[dict[str, Any]]:
+    """The wave's experiments with their hypothesis and decision, by id (a post-mortem's facts)."""
+    # experiments.hypothesis_id (m003) also links experiments that have no patch row (imports).
+    direct = "e.hypothesis_id" if "hypothesis_id" in db["experiments"].columns_dict else "NULL"
+    return rows(
+        db,
+        f"""
+        SELECT e.id, e.title, e.status, e.reason, e.kind,
+               coalesce(p.hypothesis_id, {direct}) AS hypothesis_id, h.title AS hypothesis,
+               d.verdict, d.metric, d.effect, d.ci_low, d.ci_high, d.pairs, d.noise, d.reason AS why
+        FROM experiments e
+        LEFT JOIN patches p ON p.id = e.patch_id
+        LEFT JOIN hypotheses h ON h.id = coalesce(p.hypothesis_id, {direct})
+        LEFT JOIN decisions d ON d.id = {latest_decision_id("e.id")}
+        WHERE e.wave_id = ?
+        ORDER BY e.id
+        """,
+        [wave_id],
+    )
+
+
+def store_note(
+    db: sqlite_utils.Database, url: str, ref: str, title: str, body: str, meta: dict[str, Any], at: float
+) -> int:
+    """The note source at `url` and its one `ref` passage, made or brought up to date; its evidence
+    id. The caller's transaction holds it together with what else it writes."""
+    from kb.db import insert, update
+
+    source = one(db, "SELECT id FROM sources WHERE kind = 'note' AND canonical_url = ?", [url])
+    if source is None:
+        source_id = insert(
+            db,
+            "sources",
+            {
+                "kind": "note",
+                "name": title,
+                "title": title,
+                "url": url,
+                "canonical_url": url,
+                "meta": meta,
+                "created_at": at,
+                "updated_at": at,
+            },
         )
-    return sorted(phases.values(), key=lambda p: p.number, reverse=True)[:limit]
-
-
-def run_steering(db: sqlite_utils.Database, run_id: int) -> RunSteering:
-    """The focus and avoid notes and the approval switch a run holds now."""
-    r = one(db, "SELECT steering FROM runs WHERE id = ?", [run_id])
-    data = loads(r["steering"]) if r else {}
-    if not isinstance(data, dict):
-        return RunSteering()
-
-    def notes(key: str) -> tuple[str, ...]:
-        value = data.get(key)
-        return tuple(str(n) for n in value if str(n).strip()) if isinstance(value, list) else ()
-
-    approval = data.get("approval")
-    return RunSteering(notes("focus"), notes("avoid"), approval if isinstance(approval, bool) else None)
+    else:
+        source_id = source["id"]
+        update(db, "sources", source_id, {"meta": meta, "updated_at": at})
+    existing = one(
+        db, "SELECT id FROM evidence WHERE source_id = ? AND kind = 'note' AND ref = ?", [source_id, ref]
+    )
+    if existing is not None:
+        evidence_id = int(existing["id"])
+        update(db, "evidence", evidence_id, {"body": body, "meta": meta, "title": title})
+        return evidence_id
+    return insert(
+        db,
+        "evidence",
+        {
+            "source_id": source_id,
+            "kind": "note",
+            "ref": ref,
+            "title": title,
+            "section": "reflection",
+            "body": body,
+            "meta": meta,
+            "created_at": at,
+        },
+    )

@@ -39,6 +39,7 @@ class RunUpdate(TypedDict, total=False):
 
     status: str
     head_commit: str | None
+    branch: str | None
     pid: int | None
     host: str | None
     noise_floor: float | None

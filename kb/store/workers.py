@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
@@ -119,3 +119,117 @@ def create(db: sqlite_utils.Database, worker: NewWorker) -> int:
     from kb.db import insert
 
     return insert(db, "workers", worker)
+
+
+# --- the fleet backends' own bookkeeping (runner/fleet) ----------------------------------------
+# Whole rows stay mappings: runner.fleet turns each into its Worker and reads the JSON meta itself.
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" for _ in values)
+
+
+def update(db: sqlite_utils.Database, worker_id: int, values: Mapping[str, Any]) -> None:
+    """Columns of a worker (a fleet backend's status, meta, cost, noise, price); dicts as JSON."""
+    from kb.db import update as update_row
+
+    update_row(db, "workers", worker_id, values)
+
+
+def row(db: sqlite_utils.Database, worker_id: int) -> dict[str, Any] | None:
+    """Every column of a worker as stored."""
+    return one(db, "SELECT * FROM workers WHERE id = ?", [worker_id])
+
+
+def rows_of(db: sqlite_utils.Database, worker_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Every column of these workers, by id."""
+    if not worker_ids:
+        return []
+    return rows(db, f"SELECT * FROM workers WHERE id IN ({_marks(worker_ids)}) ORDER BY id", list(worker_ids))
+
+
+def up_of_run(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
+    """The run's workers of this backend that are not down, lost or failed, by id."""
+    return rows(
+        db,
+        "SELECT * FROM workers WHERE run_id = ? AND backend = ? "
+        "AND status NOT IN ('down', 'lost', 'failed') ORDER BY id",
+        [run_id, backend],
+    )
+
+
+def newest_first(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
+    """status and meta of the run's workers of this backend, newest first."""
+    return rows(
+        db,
+        "SELECT status, meta FROM workers WHERE run_id = ? AND backend = ? ORDER BY id DESC",
+        [run_id, backend],
+    )
+
+
+def cost_of_run(db: sqlite_utils.Database, run_id: int) -> float:
+    """What the run's workers cost so far (workers.cost_usd summed)."""
+    found = one(db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM workers WHERE run_id = ?", [run_id])
+    return float(found["c"]) if found else 0.0
+
+
+def cost_rows(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
+    """id, status, meta, price_per_hour, cost_usd and ended_at of the run's workers of this backend."""
+    return rows(
+        db,
+        "SELECT id, status, meta, price_per_hour, cost_usd, ended_at FROM workers WHERE run_id = ? "
+        "AND backend = ?",
+        [run_id, backend],
+    )
+
+
+def launched(db: sqlite_utils.Database, run_id: int, backend: str) -> dict[str, int]:
+    """{name: id} of the run's workers of this backend that were launched (meta.launched_at)."""
+    found = rows(
+        db,
+        "SELECT id, name FROM workers WHERE run_id = ? AND backend = ? "
+        "AND json_extract(meta, '$.launched_at') IS NOT NULL",
+        [run_id, backend],
+    )
+    return {r["name"]: r["id"] for r in found}
+
+
+def last_launched_at(db: sqlite_utils.Database, run_id: int, backend: str) -> Any:
+    """The newest meta.launched_at of the run's workers of this backend (None: none launched)."""
+    found = one(
+        db,
+        "SELECT max(json_extract(meta, '$.launched_at')) AS t FROM workers WHERE run_id = ? AND backend = ?",
+        [run_id, backend],
+    )
+    return found["t"] if found else None
+
+
+def pending_teardowns(db: sqlite_utils.Database, backend: str) -> list[dict[str, Any]]:
+    """Every worker of this backend whose teardown was asked for and not yet confirmed, by id."""
+    return rows(
+        db,
+        "SELECT * FROM workers WHERE backend = ? AND json_extract(meta, '$.teardown') = 'pending' "
+        "ORDER BY id",
+        [backend],
+    )
+
+
+def orphans(
+    db: sqlite_utils.Database,
+    backend: str,
+    live: Sequence[str],
+    run_id: int,
+    run_live: Sequence[str],
+    stale_before: float,
+) -> list[dict[str, Any]]:
+    """id and run_id of the workers of this backend in a `live` status that belong to no run, or to
+    another run than `run_id` that is not in a `run_live` status or whose heartbeat is older than
+    `stale_before` (nobody drives it)."""
+    return rows(
+        db,
+        "SELECT w.id, w.run_id FROM workers w LEFT JOIN runs r ON r.id = w.run_id "
+        f"WHERE w.backend = ? AND w.status IN ({_marks(live)}) "
+        "AND (w.run_id IS NULL OR w.run_id != ?) AND (r.id IS NULL "
+        f"OR r.status NOT IN ({_marks(run_live)}) OR r.heartbeat_at IS NULL OR r.heartbeat_at < ?)",
+        [backend, *live, run_id, *run_live, stale_before],
+    )

@@ -50,7 +50,8 @@ from typing import Any, ClassVar, Literal
 
 import sqlite_utils
 
-from kb.db import insert, now, one, rows, update
+from kb.db import now
+from kb.store import workers as store
 from kb.workspace import Workspace
 from runner.harness.template import RenderedTask
 
@@ -136,15 +137,7 @@ class Fleet(ABC):
 
     def workers(self) -> list[Worker]:
         """This run's workers that are not down."""
-        return [
-            _worker(row)
-            for row in rows(
-                self.db,
-                "SELECT * FROM workers WHERE run_id = ? AND backend = ? "
-                "AND status NOT IN ('down', 'lost', 'failed') ORDER BY id",
-                [self.run_id, self.backend],
-            )
-        ]
+        return [_worker(row) for row in store.up_of_run(self.db, self.run_id, self.backend)]
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -166,10 +159,7 @@ class Fleet(ABC):
 
     def cost_usd(self) -> float:
         """What this run's workers cost so far (kept current in workers.cost_usd by the fleet)."""
-        row = one(
-            self.db, "SELECT coalesce(sum(cost_usd), 0) AS c FROM workers WHERE run_id = ?", [self.run_id]
-        )
-        return float(row["c"]) if row else 0.0
+        return store.cost_of_run(self.db, self.run_id)
 
     # -- helpers for backends ------------------------------------------------------------------
 
@@ -182,9 +172,8 @@ class Fleet(ABC):
         meta: dict[str, Any] | None = None,
         price_per_hour: float | None = None,
     ) -> Worker:
-        wid = insert(
+        wid = store.create(
             self.db,
-            "workers",
             {
                 "run_id": self.run_id,
                 "name": name,
@@ -201,10 +190,10 @@ class Fleet(ABC):
     def _set_worker(self, worker_id: int, **values: Any) -> None:
         if values.get("status") in ("down", "lost", "failed"):
             values.setdefault("ended_at", now())
-        update(self.db, "workers", worker_id, values)
+        store.update(self.db, worker_id, values)
 
     def _worker_meta(self, worker_id: int) -> dict[str, Any]:
-        row = one(self.db, "SELECT meta FROM workers WHERE id = ?", [worker_id])
+        row = store.row(self.db, worker_id)
         return _meta(row["meta"] if row else None)
 
 

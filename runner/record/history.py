@@ -17,8 +17,9 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import one, rows
 from kb.errors import UserError
+from kb.store import history as store
+from kb.store import samples as sample_store
 
 # The typed rows live in runner/record/model.py (below this module, winners and sources);
 # re-exported because every caller knows them from here.
@@ -36,15 +37,6 @@ from runner.record.model import parse_json as parse_json
 from runner.record.sources import source_refs
 
 # --- runs and waves ----------------------------------------------------------------------------
-
-_RUN_SQL = """
-SELECT r.*,
-    (SELECT count(*) FROM waves w WHERE w.run_id = r.id) AS n_waves,
-    (SELECT count(*) FROM experiments e WHERE e.run_id = r.id) AS n_experiments,
-    (SELECT count(*) FROM experiments e WHERE e.run_id = r.id AND e.status = 'kept') AS n_kept,
-    (SELECT count(*) FROM winners x WHERE x.run_id = r.id) AS n_winners
-FROM runs r
-"""
 
 
 def _run(row: dict[str, Any]) -> RunInfo:
@@ -78,7 +70,7 @@ def _run(row: dict[str, Any]) -> RunInfo:
 
 def runs(db: sqlite_utils.Database) -> list[RunInfo]:
     """Every run, oldest first."""
-    return [_run(r) for r in rows(db, _RUN_SQL + " ORDER BY r.id")]
+    return [_run(r) for r in store.run_rows(db)]
 
 
 def find_run(db: sqlite_utils.Database, ref: str | int) -> RunInfo:
@@ -86,11 +78,11 @@ def find_run(db: sqlite_utils.Database, ref: str | int) -> RunInfo:
     text = str(ref).strip()
     row = None
     if text.isascii() and text.isdigit() and int(text) < 2**63:  # beyond SQLite's INTEGER: a name
-        row = one(db, _RUN_SQL + " WHERE r.id = ?", [int(text)])
+        row = store.run_by_id(db, int(text))
     if row is None:
-        row = one(db, _RUN_SQL + " WHERE r.name = ?", [text])
+        row = store.run_by_name(db, text)
     if row is None:
-        known = [r["name"] for r in rows(db, "SELECT name FROM runs ORDER BY id DESC LIMIT 5")]
+        known = store.recent_run_names(db, 5)
         hint = f" (recent: {', '.join(known)})" if known else " (no runs yet)"
         raise UserError(f"run {text}: no such run id or name{hint}")
     return _run(row)
@@ -109,38 +101,11 @@ def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
             experiments=r["n"],
             kept=r["k"],
         )
-        for r in rows(
-            db,
-            """SELECT w.*, (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id) AS n,
-                      (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id AND e.status = 'kept') AS k
-               FROM waves w WHERE w.run_id = ? ORDER BY w.number""",
-            [run_id],
-        )
+        for r in store.wave_rows(db, run_id)
     ]
 
 
 # --- experiments and decisions -----------------------------------------------------------------
-
-_EXPERIMENT_SQL = """
-SELECT e.*, w.number AS wave_number, k.name AS worker_name,
-       COALESCE(e.hypothesis_id, p.hypothesis_id) AS hyp_id, h.title AS hyp_title,
-       x.commit_sha AS winner_commit, x.patch_file AS winner_patch_file
-FROM experiments e
-LEFT JOIN waves w ON w.id = e.wave_id
-LEFT JOIN workers k ON k.id = e.worker_id
-LEFT JOIN patches p ON p.id = e.patch_id
-LEFT JOIN hypotheses h ON h.id = COALESCE(e.hypothesis_id, p.hypothesis_id)
-LEFT JOIN winners x ON x.experiment_id = e.id
-"""
-
-# The runner's last word: final first, then the newest; re-analyses never count.
-_LATEST_DECISIONS_SQL = """
-SELECT d.* FROM decisions d
-WHERE d.origin != 'redecide' AND d.id = (
-    SELECT d2.id FROM decisions d2
-    WHERE d2.experiment_id = d.experiment_id AND d2.origin != 'redecide'
-    ORDER BY d2.is_final DESC, d2.id DESC LIMIT 1)
-"""
 
 
 def latest_decision_rows(
@@ -148,13 +113,7 @@ def latest_decision_rows(
 ) -> dict[int, dict[str, Any]]:
     """The runner's last word on each experiment (see the module doc), as raw `decisions` rows
     keyed by experiment id; experiments without one are left out."""
-    out: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(experiment_ids), 500):  # SQLite caps bound parameters
-        chunk = list(experiment_ids[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        for row in rows(db, _LATEST_DECISIONS_SQL + f" AND d.experiment_id IN ({marks})", chunk):
-            out[row["experiment_id"]] = row
-    return out
+    return store.latest_decision_rows(db, experiment_ids)
 
 
 def _latest_decisions(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionInfo]:
@@ -166,9 +125,9 @@ def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int
 
 
 def _experiments(
-    db: sqlite_utils.Database, where: str, params: Sequence[Any], *, with_sources: bool = True
+    db: sqlite_utils.Database, found: list[dict[str, Any]], *, with_sources: bool = True
 ) -> list[ExperimentInfo]:
-    found = rows(db, _EXPERIMENT_SQL + f" WHERE {where} ORDER BY e.id", list(params))
+    """Typed experiments from `kb.store.history.experiment_rows`' rows, with their decisions."""
     decisions = _latest_decisions(db, [r["id"] for r in found])
     hyp_ids = {r["hyp_id"] for r in found if r["hyp_id"] is not None}
     sources = _sources_by_hypothesis(db, hyp_ids) if with_sources else {}
@@ -215,24 +174,12 @@ def experiments(
     statuses: Sequence[str] | None = None,
 ) -> list[ExperimentInfo]:
     """Experiments (all, of a run, or of a wave) with their decision, hypothesis, sources, winner."""
-    clauses: list[str] = ["1"]
-    params: list[Any] = []
-    if run_id is not None:
-        clauses.append("e.run_id = ?")
-        params.append(run_id)
-    if wave_id is not None:
-        clauses.append("e.wave_id = ?")
-        params.append(wave_id)
-    for column, values in (("e.kind", kinds), ("e.status", statuses)):
-        if values:
-            clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
-            params.extend(values)
-    return _experiments(db, " AND ".join(clauses), params)
+    found = store.experiment_rows(db, run_id=run_id, wave_id=wave_id, kinds=kinds, statuses=statuses)
+    return _experiments(db, found)
 
 
 def experiment_count(db: sqlite_utils.Database, run_id: int) -> int:
-    found = one(db, "SELECT count(*) AS n FROM experiments WHERE run_id = ?", [run_id])
-    return int(found["n"]) if found else 0
+    return store.experiment_count(db, run_id)
 
 
 def experiments_page(
@@ -241,16 +188,11 @@ def experiments_page(
     """A run's experiments `offset` to `offset + limit` in id order, for tables that page.
 
     `sources` stay empty unless asked for: they take queries per hypothesis."""
-    return _experiments(
-        db,
-        "e.id IN (SELECT id FROM experiments WHERE run_id = ? ORDER BY id LIMIT ? OFFSET ?)",
-        [run_id, limit, offset],
-        with_sources=with_sources,
-    )
+    return _experiments(db, store.experiment_page_rows(db, run_id, offset, limit), with_sources=with_sources)
 
 
 def experiment(db: sqlite_utils.Database, experiment_id: int) -> ExperimentInfo:
-    found = _experiments(db, "e.id = ?", [experiment_id])
+    found = _experiments(db, store.experiment_rows(db, experiment_id=experiment_id))
     if not found:
         raise UserError(f"experiment {experiment_id}: no such experiment")
     return found[0]
@@ -260,10 +202,8 @@ def decisions(
     db: sqlite_utils.Database, experiment_id: int, *, include_redecide: bool = True
 ) -> list[DecisionInfo]:
     """Every decision recorded for an experiment, oldest first (the looks of a sequential test)."""
-    sql = "SELECT * FROM decisions WHERE experiment_id = ?"
-    if not include_redecide:
-        sql += " AND origin != 'redecide'"
-    return [DecisionInfo.from_row(r) for r in rows(db, sql + " ORDER BY id", [experiment_id])]
+    found = store.decision_rows(db, experiment_id, include_redecide=include_redecide)
+    return [DecisionInfo.from_row(r) for r in found]
 
 
 # --- samples -----------------------------------------------------------------------------------
@@ -271,20 +211,12 @@ def decisions(
 
 def samples(db: sqlite_utils.Database, experiment_id: int, metric: str | None = None) -> list[Sample]:
     """Raw samples in measurement order (pair, then A before B, then seq)."""
-    sql = "SELECT pair, side, metric, seq, value, created_at FROM samples WHERE experiment_id = ?"
-    params: list[Any] = [experiment_id]
-    if metric is not None:
-        sql += " AND metric = ?"
-        params.append(metric)
-    return [Sample(**r) for r in rows(db, sql + " ORDER BY pair, side, metric, seq", params)]
+    return [Sample(**r) for r in store.sample_rows(db, experiment_id, metric)]
 
 
 def metrics(db: sqlite_utils.Database, experiment_id: int) -> list[str]:
     """Metric names recorded for an experiment."""
-    found = rows(
-        db, "SELECT DISTINCT metric FROM samples WHERE experiment_id = ? ORDER BY metric", [experiment_id]
-    )
-    return [r["metric"] for r in found]
+    return sample_store.metrics(db, experiment_id)
 
 
 def paired_values(found: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:
@@ -326,15 +258,7 @@ def events(
     limit: int = 500,
 ) -> list[Event]:
     """Events in order; `after_id` lets a follower read only what is new."""
-    sql = "SELECT * FROM events WHERE id > ?"
-    params: list[Any] = [after_id]
-    if run_id is not None:
-        sql += " AND run_id = ?"
-        params.append(run_id)
-    if experiment_id is not None:
-        sql += " AND experiment_id = ?"
-        params.append(experiment_id)
-    found = rows(db, sql + " ORDER BY id LIMIT ?", [*params, limit])
+    found = store.event_rows(db, run_id=run_id, experiment_id=experiment_id, after_id=after_id, limit=limit)
     return [
         Event(
             id=r["id"],
@@ -354,14 +278,7 @@ def events(
 
 
 def winners(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
-    return rows(
-        db,
-        """SELECT x.id, x.experiment_id, x.commit_sha, x.patch_file, x.position, x.created_at,
-                  e.title
-           FROM winners x JOIN experiments e ON e.id = x.experiment_id
-           WHERE x.run_id = ? ORDER BY x.position, x.id""",
-        [run_id],
-    )
+    return store.winner_rows(db, run_id)
 
 
 def run_json(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool = True) -> dict[str, Any]:

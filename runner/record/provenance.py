@@ -16,8 +16,12 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import one, rows
 from kb.errors import UserError
+from kb.store import experiments as experiment_store
+from kb.store import hypotheses as hypothesis_store
+from kb.store import provenance as store
+from kb.store import run_records, waves
+from kb.store import winners as winner_store
 from runner.record.history import latest_decision_rows, parse_json
 from runner.record.sources import evidence_refs, evidence_rows, location, source_refs
 
@@ -33,12 +37,7 @@ class Chain:
 
 
 def keep_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
-    return one(
-        db,
-        """SELECT * FROM decisions WHERE experiment_id = ? AND origin = 'runner' AND verdict = 'keep'
-           ORDER BY is_final DESC, id DESC LIMIT 1""",
-        [experiment_id],
-    )
+    return store.keep_decision(db, experiment_id)
 
 
 def final_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
@@ -48,15 +47,15 @@ def final_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, A
 
 def gather_chain(db: sqlite_utils.Database, experiment_id: int, *, keep: bool = False) -> Chain:
     """Rows along the chain; `keep` picks the keep decision (what a winner commit reports)."""
-    exp = one(db, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
+    exp = experiment_store.row(db, experiment_id)
     if exp is None:
         raise UserError(f"experiment {experiment_id}: no such experiment")
-    run = one(db, "SELECT * FROM runs WHERE id = ?", [exp["run_id"]])
+    run = run_records.row(db, exp["run_id"])
     assert run is not None  # foreign key
-    wave = one(db, "SELECT * FROM waves WHERE id = ?", [exp["wave_id"]]) if exp["wave_id"] else None
-    patch = one(db, "SELECT * FROM patches WHERE id = ?", [exp["patch_id"]]) if exp["patch_id"] else None
+    wave = waves.get(db, exp["wave_id"]) if exp["wave_id"] else None
+    patch = hypothesis_store.patch_row(db, exp["patch_id"]) if exp["patch_id"] else None
     hid = exp.get("hypothesis_id") or (patch["hypothesis_id"] if patch else None)
-    hyp = one(db, "SELECT * FROM hypotheses WHERE id = ?", [hid]) if hid else None
+    hyp = hypothesis_store.stored(db, hid) if hid else None
     decision = (keep and keep_decision(db, experiment_id)) or final_decision(db, experiment_id)
     return Chain(exp, run, wave, patch, hyp, decision)
 
@@ -69,24 +68,19 @@ def _resolve_ref(db: sqlite_utils.Database, ref: str) -> dict[str, Any]:
     out: dict[str, Any] = {"ref": ref}
     match = re.fullmatch(r"(gap|passage|evidence):(\d+)", ref)
     if match:
-        ev = one(db, "SELECT id, kind, title, source_id FROM evidence WHERE id = ?", [int(match[2])])
+        ev = store.evidence(db, int(match[2]))
         out["evidence_id"] = ev["id"] if ev else None
         out["source_id"] = ev["source_id"] if ev else None
         return out
     match = re.fullmatch(r"fork:([^@]+)@(\S+)", ref)
     if match:
-        src = one(
-            db, "SELECT id, url, canonical_url FROM sources WHERE kind = 'fork' AND name = ?", [match[1]]
-        )
+        src = store.fork_source(db, match[1])
         out.update(fork=match[1], sha=match[2], source_id=src["id"] if src else None)
         if src:
             out["repo"] = src["canonical_url"] or src["url"]
         return out
     if re.match(r"https?://", ref):
-        src = one(
-            db, "SELECT id FROM sources WHERE canonical_url = ? OR url = ? ORDER BY id LIMIT 1", [ref, ref]
-        )
-        out.update(url=ref, source_id=src["id"] if src else None)
+        out.update(url=ref, source_id=store.source_id_by_url(db, ref))
     return out
 
 
@@ -122,10 +116,10 @@ def provenance(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any]:
     (each with its source: URL, repo@sha, file:line) and free-form source refs, as JSON-ready data."""
     chain = gather_chain(db, experiment_id)
     exp, run, hyp, patch = chain.experiment, chain.run, chain.hypothesis, chain.patch
-    winner = one(db, "SELECT * FROM winners WHERE experiment_id = ?", [experiment_id])
+    winner = winner_store.of_experiment(db, experiment_id)
     d = chain.decision
     hid = hyp["id"] if hyp else None
-    free = rows(db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY rowid", [hid])
+    free = store.free_refs(db, hid)
     return {
         "experiment": {
             "id": exp["id"],
@@ -184,7 +178,7 @@ def provenance(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any]:
             "llm_call_id": hyp["llm_call_id"],
         },
         "evidence": [_evidence_json(ev) for ev in evidence_rows(db, hid)] if hid else [],
-        "source_refs": [_resolve_ref(db, r["ref"]) for r in free],
+        "source_refs": [_resolve_ref(db, ref) for ref in free],
         "sources": source_refs(db, hid),
     }
 
@@ -193,12 +187,12 @@ def experiment_for_commit(db: sqlite_utils.Database, sha: str) -> int:
     """The experiment a winner commit came from (a unique prefix of the sha is enough)."""
     if not re.fullmatch(r"[0-9a-fA-F]{4,40}", sha):
         raise UserError(f"{sha}: not a commit sha")
-    found = rows(db, "SELECT experiment_id FROM winners WHERE commit_sha LIKE ?", [sha.lower() + "%"])
+    found = store.winner_experiments_by_prefix(db, sha.lower())
     if not found:
         raise UserError(f"{sha}: no winner commit with this sha")
     if len(found) > 1:
         raise UserError(f"{sha}: ambiguous, {len(found)} winner commits start with it")
-    return int(found[0]["experiment_id"])
+    return found[0]
 
 
 def led_to(
@@ -216,14 +210,14 @@ def led_to(
     refs: list[str] = []
     like: list[str] = []
     if evidence_id is not None:
-        if not one(db, "SELECT id FROM evidence WHERE id = ?", [evidence_id]):
+        if store.evidence(db, evidence_id) is None:
             raise UserError(f"evidence {evidence_id}: no such evidence id")
         evidence_ids = [evidence_id]
     elif source_id is not None:
-        src = one(db, "SELECT * FROM sources WHERE id = ?", [source_id])
+        src = store.source(db, source_id)
         if src is None:
             raise UserError(f"source {source_id}: no such source")
-        evidence_ids = [r["id"] for r in rows(db, "SELECT id FROM evidence WHERE source_id = ?", [source_id])]
+        evidence_ids = store.evidence_ids_of_source(db, source_id)
         refs = [u for u in (src["url"], src["canonical_url"]) if u]
         if src["kind"] == "fork" and src["name"]:
             like.append(f"fork:{src['name']}@%")
@@ -238,48 +232,16 @@ def led_to(
 
     hyp_ids: set[int] = set()
     if evidence_ids:
-        marks = ", ".join("?" for _ in evidence_ids)
-        hyp_ids |= {
-            r["hypothesis_id"]
-            for r in rows(
-                db,
-                f"SELECT hypothesis_id FROM hypothesis_evidence WHERE evidence_id IN ({marks})",
-                evidence_ids,
-            )
-        }
+        hyp_ids |= store.hypotheses_citing(db, evidence_ids)
     if refs:
-        marks = ", ".join("?" for _ in refs)
-        hyp_ids |= {
-            r["hypothesis_id"]
-            for r in rows(db, f"SELECT hypothesis_id FROM hypothesis_sources WHERE ref IN ({marks})", refs)
-        }
+        hyp_ids |= store.hypotheses_with_refs(db, refs)
     for pattern in like:
-        hyp_ids |= {
-            r["hypothesis_id"]
-            for r in rows(db, "SELECT hypothesis_id FROM hypothesis_sources WHERE ref LIKE ?", [pattern])
-        }
+        hyp_ids |= store.hypotheses_with_ref_like(db, pattern)
     if not hyp_ids:
         return {"hypotheses": [], "experiments": []}
     ordered = sorted(hyp_ids)
-    marks = ", ".join("?" for _ in ordered)
-    hypotheses = rows(
-        db, f"SELECT id, title, status, origin FROM hypotheses WHERE id IN ({marks}) ORDER BY id", ordered
-    )
-    experiments = rows(
-        db,
-        f"""
-        SELECT e.id, e.title, e.status, e.kind, e.run_id, r.name AS run,
-               COALESCE(e.hypothesis_id, p.hypothesis_id) AS hypothesis_id,
-               w.commit_sha AS winner_commit, w.patch_file AS winner_patch_file
-        FROM experiments e
-        JOIN runs r ON r.id = e.run_id
-        LEFT JOIN patches p ON p.id = e.patch_id
-        LEFT JOIN winners w ON w.experiment_id = e.id
-        WHERE COALESCE(e.hypothesis_id, p.hypothesis_id) IN ({marks})
-        ORDER BY e.id
-        """,
-        ordered,
-    )
+    hypotheses = store.hypothesis_summaries(db, ordered)
+    experiments = store.experiments_of_hypotheses(db, ordered)
     for exp in experiments:
         d = final_decision(db, exp["id"])
         exp["effect"] = d["effect"] if d else None

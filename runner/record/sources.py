@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import rows
+from kb.store import provenance as store
 from runner.record.model import parse_json
 
 
@@ -25,36 +25,11 @@ def one_line(text: str) -> str:
 
 def suggesting_wave(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
     """The wave whose post-mortem the autopilot read when it proposed this hypothesis, if any."""
-    found = rows(
-        db,
-        "SELECT w.id, w.number, w.reflection_evidence_id, r.name AS run_name FROM hypotheses h "
-        "JOIN waves w ON w.id = h.wave_id JOIN runs r ON r.id = w.run_id WHERE h.id = ?",
-        [hypothesis_id],
-    )
-    return found[0] if found else None
+    return store.suggesting_wave(db, hypothesis_id)
 
 
 def evidence_rows(db: sqlite_utils.Database, hypothesis_id: int) -> list[dict[str, Any]]:
-    return rows(
-        db,
-        """
-        SELECT e.id, e.kind, e.ref, e.title, e.section, e.position, e.meta, he.note,
-               s.id AS source_id, s.kind AS source_kind, s.name AS source_name, s.url AS source_url,
-               s.canonical_url, s.title AS source_title, s.commit_sha AS source_commit,
-               s.ref AS source_ref,
-               c.sha AS commit_sha, c.subject AS commit_subject, c.files AS commit_files,
-               f.backend, f.ops, f.file AS fusion_file, f.line AS fusion_line,
-               f.kind AS fusion_kind, f.commit_sha AS fusion_commit
-        FROM hypothesis_evidence he
-        JOIN evidence e ON e.id = he.evidence_id
-        JOIN sources s ON s.id = e.source_id
-        LEFT JOIN commits c ON c.evidence_id = e.id
-        LEFT JOIN fusions f ON f.evidence_id = e.id
-        WHERE he.hypothesis_id = ?
-        ORDER BY e.id
-        """,
-        [hypothesis_id],
-    )
+    return store.evidence_rows(db, hypothesis_id)
 
 
 def evidence_refs(ev: dict[str, Any]) -> list[str]:
@@ -96,10 +71,8 @@ def source_refs(db: sqlite_utils.Database, hypothesis_id: int | None) -> list[st
     if hypothesis_id is None:
         return []
     found: dict[str, None] = {}
-    for row in rows(
-        db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY rowid", [hypothesis_id]
-    ):
-        found.setdefault(one_line(row["ref"]), None)
+    for ref in store.free_refs(db, hypothesis_id):
+        found.setdefault(one_line(ref), None)
     for ev in evidence_rows(db, hypothesis_id):
         for ref in evidence_refs(ev):
             found.setdefault(ref, None)
@@ -114,10 +87,8 @@ def source_details(db: sqlite_utils.Database, hypothesis_id: int | None) -> list
     if hypothesis_id is None:
         return []
     found: dict[str, None] = {}
-    for row in rows(
-        db, "SELECT ref FROM hypothesis_sources WHERE hypothesis_id = ? ORDER BY rowid", [hypothesis_id]
-    ):
-        found.setdefault(one_line(row["ref"]), None)
+    for ref in store.free_refs(db, hypothesis_id):
+        found.setdefault(one_line(ref), None)
     for ev in evidence_rows(db, hypothesis_id):
         what = one_line(ev["commit_subject"] or ev["title"] or ev["source_title"] or "")
         where = location(ev)

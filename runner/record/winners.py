@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb import gitrepo
-from kb.db import insert, log_event, one, transaction, update
+from kb.db import log_event, transaction
 from kb.errors import UserError
+from kb.store import run_records
+from kb.store import winners as winner_store
+from kb.store.winners import NewWinner
 from runner.harness.patchpaths import ProtectedPath, check_commit, protected_paths
 from runner.record.model import FINISHED_STATUSES, parse_json
 from runner.record.provenance import Chain, gather_chain, keep_decision
@@ -270,13 +273,13 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
     branch = run["branch"] or f"autoresearch/{run['name']}"
     base = run["baseline_commit"] or None
 
-    existing = one(db, "SELECT * FROM winners WHERE experiment_id = ?", [experiment_id])
+    existing = winner_store.of_experiment(db, experiment_id)
     if existing is not None:
         path = ws.root / existing["patch_file"] if existing["patch_file"] else None
         if path is None or not path.exists():
             path = _export_patch(ws, repo, existing["commit_sha"], exp["title"])
             with transaction(db):
-                update(db, "winners", existing["id"], {"patch_file": str(path.relative_to(ws.root))})
+                winner_store.set_patch_file(db, existing["id"], str(path.relative_to(ws.root)))
             existing["patch_file"] = str(path.relative_to(ws.root))
         parent = gitrepo.run(repo, "rev-parse", f"{existing['commit_sha']}^").strip()
         return _record(ws, existing, chain, sources, result, parent, created=False)
@@ -318,9 +321,9 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
     path = _export_patch(ws, repo, sha, exp["title"])
     position = _position(repo, base, sha)
     with transaction(db):
-        existing = one(db, "SELECT * FROM winners WHERE experiment_id = ?", [experiment_id])
+        existing = winner_store.of_experiment(db, experiment_id)
         if existing is None:
-            row = {
+            new: NewWinner = {
                 "run_id": run["id"],
                 "experiment_id": experiment_id,
                 "commit_sha": sha,
@@ -328,9 +331,9 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
                 "position": position,
                 "created_at": (chain.decision or {}).get("created_at") or exp["created_at"],
             }
-            row["id"] = insert(db, "winners", row)
+            row: dict[str, Any] = {**new, "id": winner_store.create(db, new)}
             head_now = gitrepo.branch_head(repo, branch)
-            update(db, "runs", run["id"], {"head_commit": head_now, "branch": branch})
+            run_records.update(db, run["id"], {"head_commit": head_now, "branch": branch})
             log_event(
                 db,
                 "winner",

@@ -30,8 +30,10 @@ import sqlite_utils
 from pydantic import BaseModel, Field, create_model
 
 from kb.config import Settings
-from kb.db import log_event, one, rows, transaction
+from kb.db import log_event, transaction
 from kb.errors import UserError
+from kb.store import hypotheses as hypothesis_store
+from kb.store import research as store
 from runner import prompting
 from runner.hypotheses import add_hypothesis, add_note, link_evidence
 from runner.research.priority import priority
@@ -207,26 +209,16 @@ class Measurements:
 def baseline_measurements(db: sqlite_utils.Database, primary: str) -> Measurements:
     from runner.stats import noise
 
-    latest = one(
-        db,
-        "SELECT e.run_id FROM samples s JOIN experiments e ON e.id = s.experiment_id "
-        "WHERE s.side = 'A' ORDER BY s.id DESC LIMIT 1",
-    )
-    if latest is None:
+    run_id = store.latest_baseline_run(db)
+    if run_id is None:
         return Measurements(None, {}, {}, None)
-    run_id = int(latest["run_id"])
     values: dict[str, list[float]] = {}
-    for r in rows(
-        db,
-        "SELECT s.metric, s.value FROM samples s JOIN experiments e ON e.id = s.experiment_id "
-        "WHERE e.run_id = ? AND s.side = 'A' ORDER BY s.id",
-        [run_id],
-    ):
-        values.setdefault(r["metric"], []).append(float(r["value"]))
+    for metric, value in store.baseline_values(db, run_id):
+        values.setdefault(metric, []).append(value)
     medians = {m: float(statistics.median(v)) for m, v in values.items()}
     cvs = {m: cv for m, v in values.items() if (cv := noise(v)) is not None}
-    run = one(db, "SELECT noise_floor FROM runs WHERE id = ?", [run_id])
-    floor = run["noise_floor"] if run and run["noise_floor"] is not None else cvs.get(primary)
+    stored = store.noise_floor(db, run_id)
+    floor = stored if stored is not None else cvs.get(primary)
     return Measurements(run_id, medians, cvs, floor)
 
 
@@ -258,10 +250,7 @@ def _retrieve(db: sqlite_utils.Database, query: str, limit: int) -> list[int]:
 
 
 def _reflection_ids(db: sqlite_utils.Database) -> list[int]:
-    return [
-        r["id"]
-        for r in rows(db, "SELECT id FROM evidence WHERE kind = 'note' ORDER BY id DESC LIMIT ?", [MAX_NOTES])
-    ]
+    return store.evidence_ids_of_kind(db, "note", MAX_NOTES, newest=True)
 
 
 def _context(
@@ -294,7 +283,7 @@ def _context(
             f"pairs to detect; the keep threshold is {settings.policy.min_effect:.0%}."
         )
     lines.append(f"Bottleneck: {bottleneck.explanation}")
-    existing = rows(db, "SELECT id, status, title FROM hypotheses ORDER BY priority DESC, id LIMIT 60")
+    existing = store.top_hypotheses(db, 60)
     if existing:
         lines.append("Existing hypotheses (do not propose these again):")
         lines.extend(f"  #{h['id']} [{h['status']}] {h['title']}" for h in existing)
@@ -334,9 +323,7 @@ class GenerateReport:
 def _missing_ids(db: sqlite_utils.Database, ids: list[int]) -> list[int]:
     if not ids:
         return []
-    found = {
-        r["id"] for r in rows(db, f"SELECT id FROM evidence WHERE id IN ({', '.join('?' for _ in ids)})", ids)
-    }
+    found = store.existing_evidence(db, ids)
     return [i for i in ids if i not in found]
 
 
@@ -394,10 +381,7 @@ def generate(
     candidates: list[int] = []
     for query in report.queries:
         candidates.extend(_retrieve(db, query, HITS_PER_QUERY))
-    gaps = [
-        r["id"]
-        for r in rows(db, "SELECT id FROM evidence WHERE kind = 'gap' ORDER BY id LIMIT ?", [MAX_GAPS])
-    ]
+    gaps = store.evidence_ids_of_kind(db, "gap", MAX_GAPS)
     ordered = list(dict.fromkeys([*candidates, *gaps]))[:MAX_EVIDENCE]
     evidence_text, shown = prompting.evidence_blocks(db, ordered, nonce)
     report.evidence_shown = [*shown, *note_ids]
@@ -451,10 +435,10 @@ def _record(
     *,
     wave_id: int | None = None,
 ) -> None:
-    existing = rows(db, "SELECT id, title FROM hypotheses ORDER BY id")
+    existing = store.hypothesis_titles(db)
     for item in proposed:
         title = " ".join(item.title.split())
-        if item.repeat_of is not None and one(db, "SELECT id FROM hypotheses WHERE id = ?", [item.repeat_of]):
+        if item.repeat_of is not None and hypothesis_store.exists(db, item.repeat_of):
             # The model says it repeats an idea tried: counted, not queued again.
             report.repeats.append({"of": item.repeat_of, "title": title})
             with transaction(db):
@@ -496,8 +480,7 @@ def _record(
             wave_id=wave_id,
         )
         if hid is None:  # same significant words as an earlier hypothesis (its dedupe key)
-            twin_row = one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key])
-            report.merged.append({"into": twin_row["id"] if twin_row else None, "title": title})
+            report.merged.append({"into": hypothesis_store.by_dedupe_key(db, key), "title": title})
             continue
         report.added.append(hid)
         existing.append({"id": hid, "title": title})

@@ -36,7 +36,9 @@ from kb.commit_facts import (
     metric_kind,
     parse_claims,
 )
-from kb.db import log_event, one, rows, transaction
+from kb.db import log_event, transaction
+from kb.store import hypotheses as hypothesis_store
+from kb.store import research as store
 from runner.harness.prepare import protected_paths, refusal
 from runner.hypotheses import add_hypothesis, add_note, add_patch, diff_files
 from runner.research.priority import priority
@@ -129,7 +131,7 @@ def mine_gaps(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
     """One hypothesis per inventory gap missing in the target backend (kb.inventory.target_backend)."""
     target = ws.settings.kb.inventory.target_backend
     report = MineReport()
-    for gap in rows(db, "SELECT * FROM evidence WHERE kind = 'gap' ORDER BY id"):
+    for gap in store.gaps(db):
         meta = _json(gap["meta"]) or {}
         if not isinstance(meta, dict):
             meta = {}
@@ -140,16 +142,10 @@ def mine_gaps(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
             report.skip("not_missing_in_target")
             continue
         key = f"gap:{target}:{ops}"
-        if one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key]):
+        if hypothesis_store.by_dedupe_key(db, key) is not None:
             report.skip("already_mined")
             continue
-        fusions = rows(
-            db,
-            f"SELECT f.evidence_id, f.backend, f.file, f.line, f.kind FROM fusions f "
-            f"WHERE f.ops = ? AND f.backend IN ({', '.join('?' for _ in present) or 'NULL'}) "
-            "ORDER BY f.backend, f.evidence_id",
-            [ops, *present],
-        )
+        fusions = store.fusions_in(db, ops, present)
         where = ", ".join(f"{f['backend']} ({f['file']}:{f['line']})" for f in fusions) or ", ".join(present)
         n_ops = max(len(ops.split("+")), 2)
         rationale = (
@@ -234,18 +230,6 @@ class _Facts:
         return facts.backends, facts.areas, facts.claims
 
 
-_COMMITS_SQL = """
-SELECT e.id AS evidence_id, s.name AS fork, c.sha, c.subject, c.message, c.files, c.diff,
-       c.diff_truncated, c.upstreamed, c.patch_id, c.insertions, c.deletions,
-       c.backends, c.areas, c.claims
-FROM commits c
-JOIN evidence e ON e.id = c.evidence_id
-JOIN sources s ON s.id = e.source_id
-WHERE s.kind = 'fork'
-ORDER BY e.id
-"""
-
-
 CHUNK = 500
 """Fork commits checked against the baseline together (their diffs are held in memory meanwhile)."""
 
@@ -267,14 +251,12 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
     repo = gitrepo.open_repo(ws.mirror_path)
     facts = _Facts(ws, repo, baseline)
     chunk: list[_Candidate] = []
-    for commit in rows(db, _COMMITS_SQL):
+    for commit in store.fork_commits(db):
         if commit["upstreamed"]:
             report.skip("upstreamed")
             continue
         key = f"fork:{commit['patch_id'] or commit['sha']}"
-        if one(db, "SELECT id FROM hypotheses WHERE dedupe_key = ?", [key]) or any(
-            c.key == key for c in chunk
-        ):
+        if hypothesis_store.by_dedupe_key(db, key) is not None or any(c.key == key for c in chunk):
             report.skip("already_mined")
             continue
         diff = commit["diff"] or ""

@@ -27,8 +27,10 @@ import sqlite_utils
 from pydantic import BaseModel, Field
 
 from kb.config import Settings
-from kb.db import log_event, one, rows, transaction
+from kb.db import log_event, transaction
 from kb.errors import UserError
+from kb.store import hypotheses as hypothesis_store
+from kb.store import research as store
 from runner import prompting
 from runner.harness import patchpaths
 from runner.harness.patchpaths import protected_paths, refusal
@@ -145,19 +147,11 @@ def pending(
     """Hypotheses the patch writer should work on, in the queue order: allowed to run (or waiting as
     `needs_port`; with hypotheses.require_approval, once a person approved it), and without a patch
     that applies."""
-    from runner.queue_query import queue_ids
+    from kb.store.queue import unpatched_ids
 
     strict = settings.hypotheses.require_approval if require_approval is None else require_approval
     statuses: tuple[str, ...] = ("approved",) if strict else ("approved", "proposed", "needs_port")
-    marks = ", ".join("?" for _ in statuses)
-    return queue_ids(
-        db,
-        f"""
-        LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
-        WHERE h.status IN ({marks}) AND (p.id IS NULL OR p.apply_status = 'conflict')
-        """,
-        list(statuses),
-    )
+    return unpatched_ids(db, statuses)
 
 
 def _window(text: str, line: int, around: int = WINDOW_LINES) -> str:
@@ -222,32 +216,20 @@ def gather_files(
     exist at the baseline), then those a `git grep` of the baseline finds for its identifiers."""
     from kb import gitrepo
 
-    hyp = one(db, "SELECT title, rationale FROM hypotheses WHERE id = ?", [hypothesis_id]) or {}
+    hyp = hypothesis_store.stored(db, hypothesis_id) or {}
     evidence_ids = evidence_of(db, hypothesis_id)
-    titles = " ".join(
-        r["title"] or ""
-        for r in rows(
-            db,
-            f"SELECT title FROM evidence WHERE id IN ({', '.join('?' for _ in evidence_ids) or 'NULL'})",
-            evidence_ids,
-        )
-    )
+    titles = " ".join(title or "" for title in store.evidence_titles(db, evidence_ids))
     terms = prompting.code_terms(hyp.get("title", ""), titles, hyp.get("rationale", ""))
     wanted: dict[str, None] = {}
     for ev_id in evidence_ids:
-        for r in rows(db, "SELECT path FROM commit_files WHERE evidence_id = ? ORDER BY path", [ev_id]):
-            wanted.setdefault(r["path"], None)
+        for path in store.commit_paths(db, ev_id):
+            wanted.setdefault(path, None)
     patch = latest_patch(db, hypothesis_id)
     if patch is not None:
         for path in diff_files(patch["diff"]):
             wanted.setdefault(path, None)
     references: list[tuple[str, str]] = []
-    for f in rows(
-        db,
-        f"SELECT backend, file, line FROM fusions WHERE evidence_id IN "
-        f"({', '.join('?' for _ in evidence_ids) or 'NULL'}) ORDER BY evidence_id LIMIT 3",
-        evidence_ids,
-    ):
+    for f in store.fusion_sites(db, evidence_ids, 3):
         text = gitrepo.show_file(repo, baseline, f["file"])
         if text is not None:
             references.append((f"{f['backend']}: {f['file']}:{f['line']}", _window(text, int(f["line"]))))
@@ -283,7 +265,7 @@ def _messages(
     nonce: str,
     protected: list[tuple[str, str]],
 ) -> list[dict[str, str]]:
-    hyp = one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+    hyp = hypothesis_store.stored(db, hypothesis_id)
     assert hyp is not None
     evidence, _ = prompting.evidence_blocks(
         db, evidence_of(db, hypothesis_id), nonce, per_item=3000, total=20_000
@@ -408,11 +390,11 @@ def write_patch(
     ctx = gather_files(db, repo, base, hypothesis_id, settings, protected)
     messages = _messages(db, hypothesis_id, ctx, settings, nonce, protected)
     if repair is not None:
-        failed = one(db, "SELECT diff FROM patches WHERE id = ?", [repair.patch_id])
+        failed = store.patch_diff(db, repair.patch_id)
         messages[-1]["content"] += (
             f"\n\nAn earlier patch for this hypothesis {REPAIR_WHAT.get(repair.stage, 'failed')} "
             f"(experiment {repair.experiment_id}). Correct it: keep the idea, fix what failed.\n"
-            + prompting.block(nonce, "failed-patch", prompting.clip(failed["diff"] if failed else "", 20_000))
+            + prompting.block(nonce, "failed-patch", prompting.clip(failed or "", 20_000))
             + "\n"
             + prompting.block(nonce, f"{repair.stage}-output", prompting.clip(repair.excerpt, 6_000))
         )

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb import gitrepo
-from kb.db import one, rows
 from kb.errors import UserError
+from kb.store import research as store
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.hypotheses import mark_repeat, runnable
 from runner.research_io import ResearchReport, ResearchRequest
@@ -63,24 +63,19 @@ def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchReques
                 if type(exc).__name__ == "BudgetExceeded":
                     break
     report.repeats += _mark_repeats(db, req)
-    calls = rows(
-        db,
-        "SELECT id, cost_usd FROM llm_calls WHERE id > ? AND run_id = ? ORDER BY id",
-        [first_call, req.run_id],
-    )
-    report.call_ids = [c["id"] for c in calls]
-    report.cost_usd = sum(float(c["cost_usd"] or 0.0) for c in calls)
+    calls = store.run_calls_after(db, req.run_id, first_call)
+    report.call_ids = [call_id for call_id, _ in calls]
+    report.cost_usd = sum(cost for _, cost in calls)
     return report
 
 
 def _last_call_id(db: sqlite_utils.Database) -> int:
-    row = one(db, "SELECT coalesce(max(id), 0) AS n FROM llm_calls")
-    return int(row["n"]) if row else 0
+    return store.last_call_id(db)
 
 
 def _run_head(ws: Workspace, db: sqlite_utils.Database, run_id: int) -> str:
     """The baseline the next wave measures against: the run branch's head (winners included)."""
-    run = one(db, "SELECT branch, baseline_commit FROM runs WHERE id = ?", [run_id])
+    run = store.run_branch(db, run_id)
     if run is None:
         raise UserError(f"run {run_id}: no such run")
     repo = gitrepo.open_repo(ws.mirror_path)
@@ -105,10 +100,10 @@ def _attempts(db: sqlite_utils.Database, patch_id: int) -> int:
     """How many repairs led to this patch (the repair_of chain's length)."""
     depth, cursor = 0, patch_id
     while True:
-        row = one(db, "SELECT repair_of FROM patches WHERE id = ?", [cursor])
-        if row is None or row["repair_of"] is None:
+        previous = store.repair_of(db, cursor)
+        if previous is None:
             return depth
-        depth, cursor = depth + 1, int(row["repair_of"])
+        depth, cursor = depth + 1, previous
 
 
 def _tail(path: str | None, lines: int = EXCERPT_LINES) -> str:
@@ -142,19 +137,7 @@ def failure_excerpt(exp: dict[str, Any], stage: str) -> str:
 
 def _repairable(db: sqlite_utils.Database, req: ResearchRequest) -> list[tuple[dict[str, Any], str]]:
     found = []
-    for exp in rows(
-        db,
-        "SELECT e.*, h.status AS hypothesis_status FROM experiments e "
-        "JOIN hypotheses h ON h.id = e.hypothesis_id "
-        "WHERE e.run_id = ? AND e.kind = 'candidate' AND e.patch_id IS NOT NULL "
-        "AND (e.status = 'checks_failed' "
-        "OR (e.status = 'crashed' AND e.reason IN ('does_not_apply', 'build'))) "
-        # only the hypothesis's latest patch: one already repaired has a newer one
-        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) "
-        "AND h.status NOT IN ('rejected', 'unpatchable', 'needs_port') AND h.repeat_of IS NULL "
-        "ORDER BY e.id",
-        [req.run_id],
-    ):
+    for exp in store.repairable(db, req.run_id):
         stage = "checks" if exp["status"] == "checks_failed" else REPAIRABLE[(exp["status"], exp["reason"])]
         if _attempts(db, int(exp["patch_id"])) < req.repairs:
             found.append((exp, stage))
@@ -203,13 +186,7 @@ def _ports(
     the new baseline, as a new patch linked to the experiment."""
     from runner.research.patch_writer import write_patch
 
-    for exp in rows(
-        db,
-        "SELECT e.* FROM experiments e JOIN hypotheses h ON h.id = e.hypothesis_id "
-        "WHERE e.run_id = ? AND e.status = 'conflict' AND h.status = 'needs_port' "
-        "AND e.patch_id = (SELECT max(id) FROM patches WHERE hypothesis_id = e.hypothesis_id) ORDER BY e.id",
-        [req.run_id],
-    ):
+    for exp in store.conflicts_to_port(db, req.run_id):
         outcome = write_patch(
             ws,
             db,
@@ -233,15 +210,7 @@ def results_table(db: sqlite_utils.Database, limit: int = RESULTS_SHOWN) -> str:
     """Everything measured in this workspace (the newest `limit`): effect, interval, status, why."""
     from runner.record.history import parse_json
 
-    found = rows(
-        db,
-        "SELECT e.id, e.hypothesis_id, e.title, e.status, e.reason, e.meta, d.effect, d.ci_low, d.ci_high, "
-        "d.pairs FROM experiments e LEFT JOIN decisions d ON d.id = (SELECT id FROM decisions "
-        "WHERE experiment_id = e.id ORDER BY origin = 'runner' DESC, is_final DESC, id DESC LIMIT 1) "
-        "WHERE e.kind = 'candidate' AND e.status NOT IN ('queued', 'running', 'cancelled', 'lost') "
-        "ORDER BY e.id DESC LIMIT ?",
-        [limit],
-    )
+    found = store.results(db, limit)
     if not found:
         return "Results so far: nothing measured yet."
     lines = ["Results so far (hypothesis, experiment, status, effect [95% interval], why):"]
@@ -338,18 +307,11 @@ def _patches(
 def _mark_repeats(db: sqlite_utils.Database, req: ResearchRequest) -> int:
     """Runnable patches that make a change measured before here are not run again."""
     measured = tuple(s for s in EXPERIMENT_FINAL if s not in ("cancelled", "lost"))
-    marks = ", ".join("?" for _ in measured)
     count = 0
     for patch in runnable(db, require_approval=req.require_approval):
         if not patch["norm_sha"]:
             continue
-        twin = one(
-            db,
-            f"SELECT p.hypothesis_id, e.id AS experiment_id, e.status FROM patches p "
-            f"JOIN experiments e ON e.patch_id = p.id WHERE p.norm_sha = ? AND p.id != ? "
-            f"AND e.kind = 'candidate' AND e.status IN ({marks}) ORDER BY e.id LIMIT 1",
-            [patch["norm_sha"], patch["id"], *measured],
-        )
+        twin = store.measured_twin(db, patch["norm_sha"], patch["id"], measured)
         if twin is None:
             continue
         mark_repeat(

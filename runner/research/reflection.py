@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import sqlite_utils
 from pydantic import BaseModel, Field
 
-from kb.db import insert, log_event, now, one, rows, transaction, update
+from kb.db import log_event, now, transaction
 from kb.errors import UserError
-from kb.store.decisions import latest_decision_id
+from kb.store import research as store
+from kb.store import waves
 from runner.stats import pct
 
 if TYPE_CHECKING:
@@ -42,31 +43,10 @@ class Reflection(BaseModel):
 
 def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any], str]:
     """The wave's experiments and decisions, and a plain-text summary of them."""
-    wave = one(
-        db,
-        "SELECT w.*, r.name AS run_name, r.noise_floor, r.policy FROM waves w JOIN runs r ON r.id = w.run_id "
-        "WHERE w.id = ?",
-        [wave_id],
-    )
+    wave = store.wave_with_run(db, wave_id)
     if wave is None:
         raise UserError(f"wave {wave_id}: no such wave")
-    # experiments.hypothesis_id (m003) also links experiments that have no patch row (imports).
-    direct = "e.hypothesis_id" if "hypothesis_id" in db["experiments"].columns_dict else "NULL"
-    experiments = rows(
-        db,
-        f"""
-        SELECT e.id, e.title, e.status, e.reason, e.kind,
-               coalesce(p.hypothesis_id, {direct}) AS hypothesis_id, h.title AS hypothesis,
-               d.verdict, d.metric, d.effect, d.ci_low, d.ci_high, d.pairs, d.noise, d.reason AS why
-        FROM experiments e
-        LEFT JOIN patches p ON p.id = e.patch_id
-        LEFT JOIN hypotheses h ON h.id = coalesce(p.hypothesis_id, {direct})
-        LEFT JOIN decisions d ON d.id = {latest_decision_id("e.id")}
-        WHERE e.wave_id = ?
-        ORDER BY e.id
-        """,
-        [wave_id],
-    )
+    experiments = store.wave_outcomes(db, wave_id)
     groups: dict[str, list[str]] = {}
     noises: list[float] = []
     for e in experiments:
@@ -121,48 +101,8 @@ def _store(
     title = f"Reflection on wave {wave['number']} of run {wave['run_name']}"
     stamp = now()
     with transaction(db):
-        source = one(db, "SELECT id FROM sources WHERE kind = 'note' AND canonical_url = ?", [url])
-        if source is None:
-            source_id = insert(
-                db,
-                "sources",
-                {
-                    "kind": "note",
-                    "name": title,
-                    "title": title,
-                    "url": url,
-                    "canonical_url": url,
-                    "meta": meta,
-                    "created_at": stamp,
-                    "updated_at": stamp,
-                },
-            )
-        else:
-            source_id = source["id"]
-            update(db, "sources", source_id, {"meta": meta, "updated_at": stamp})
-        ref = f"wave:{wave['id']}"
-        existing = one(
-            db, "SELECT id FROM evidence WHERE source_id = ? AND kind = 'note' AND ref = ?", [source_id, ref]
-        )
-        if existing is None:
-            evidence_id = insert(
-                db,
-                "evidence",
-                {
-                    "source_id": source_id,
-                    "kind": "note",
-                    "ref": ref,
-                    "title": title,
-                    "section": "reflection",
-                    "body": body,
-                    "meta": meta,
-                    "created_at": stamp,
-                },
-            )
-        else:
-            evidence_id = existing["id"]
-            update(db, "evidence", evidence_id, {"body": body, "meta": meta, "title": title})
-        update(db, "waves", wave["id"], {"reflection_evidence_id": evidence_id})
+        evidence_id = store.store_note(db, url, f"wave:{wave['id']}", title, body, meta, stamp)
+        waves.update(db, wave["id"], {"reflection_evidence_id": evidence_id})
         log_event(
             db, "wave.reflection", f"{title}: note {evidence_id} ({meta['author']})", run_id=wave["run_id"]
         )

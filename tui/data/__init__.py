@@ -39,7 +39,7 @@ from kb.store.knowledge import (
     passages,
 )
 from kb.store.paging import PAGE_SIZE, Page, clamp_offset, version
-from kb.store.research import ResearchPhase, RunSteering
+from kb.store.research_log import ResearchPhase, RunSteering
 from kb.store.runs import FleetExperiment, RunStatus, WorkerRow, current_run_id, experiment_log_dir
 from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
 from kb.vocabulary import RUN_LIVE as LIVE_RUN_STATUSES

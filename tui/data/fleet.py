@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
-from kb.store import research as _research_store
+from kb.store import research_log as _research_store
 from kb.store import runs as _run_store
 from kb.store.paging import version
-from kb.store.research import ResearchPhase, RunSteering
+from kb.store.research_log import ResearchPhase, RunSteering
 from kb.store.runs import FleetExperiment, RunStatus, WorkerRow, current_run_id
 from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
 

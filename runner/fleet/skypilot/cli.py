@@ -9,10 +9,11 @@ from typing import Any
 
 import sqlite_utils
 
-from kb.db import now, one, rows, update
+from kb.db import now
+from kb.store import workers as store
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.state import LIVE, placeholders
+from runner.fleet.skypilot.state import LIVE
 from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS
 
 
@@ -30,7 +31,7 @@ def down_workers(
     sdk.sky_module()  # SkyPilot missing is the command's error, not a failed teardown of each cluster
     requests: dict[int, str] = {}
     for worker_id in worker_ids:
-        row = one(db, "SELECT * FROM workers WHERE id = ?", [worker_id])
+        row = store.row(db, worker_id)
         if row is None or row["backend"] != "skypilot":
             continue
         meta = _meta(row["meta"])
@@ -51,7 +52,7 @@ def down_workers(
             reason=meta.get("reason") or "downed by `autoresearch fleet down`",
         )
         if row["status"] in LIVE:
-            update(db, "workers", worker_id, {"status": "down", "ended_at": now()})
+            store.update(db, worker_id, {"status": "down", "ended_at": now()})
     deadline = time.monotonic() + wait
     while requests and time.monotonic() < deadline:
         for worker_id, request in list(requests.items()):
@@ -63,15 +64,7 @@ def down_workers(
             del requests[worker_id]
         if requests:
             time.sleep(1.0)
-    return (
-        rows(
-            db,
-            f"SELECT * FROM workers WHERE id IN ({placeholders(worker_ids)}) ORDER BY id",
-            list(worker_ids),
-        )
-        if worker_ids
-        else []
-    )
+    return store.rows_of(db, worker_ids)
 
 
 def cluster_statuses(names: Sequence[str]) -> dict[str, str]:
@@ -82,7 +75,7 @@ def cluster_statuses(names: Sequence[str]) -> dict[str, str]:
 
 
 def _set_meta(db: sqlite_utils.Database, worker_id: int, **changes: Any) -> None:
-    row = one(db, "SELECT meta FROM workers WHERE id = ?", [worker_id])
+    row = store.row(db, worker_id)
     meta = _meta(row["meta"] if row else None)
     meta.update(changes)
-    update(db, "workers", worker_id, {"meta": meta})
+    store.update(db, worker_id, {"meta": meta})

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kb.db import now, one, rows, update
+from kb.db import now
+from kb.store import experiments, run_records
+from kb.store import workers as store
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.state import LIVE, SkyPilotState
@@ -27,28 +29,15 @@ def worker_cost(row: dict[str, Any], meta: dict[str, Any]) -> float | None:
 class CostsMixin(SkyPilotState):
     def _costs(self) -> None:
         """workers.cost_usd = price per hour x hours since launch (until torn down)."""
-        for row in rows(
-            self.db,
-            "SELECT id, status, meta, price_per_hour, cost_usd, ended_at FROM workers WHERE run_id = ? "
-            "AND backend = ?",
-            [self.run_id, self.backend],
-        ):
+        for row in store.cost_rows(self.db, self.run_id, self.backend):
             meta = _meta(row["meta"])
             cost = worker_cost(row, meta)
             if cost is not None and abs(cost - float(row["cost_usd"] or 0)) > 1e-9:
-                update(self.db, "workers", row["id"], {"cost_usd": cost})
+                store.update(self.db, row["id"], {"cost_usd": cost})
 
     def _reconcile_costs(self) -> None:
         """Where SkyPilot's cost report knows a cluster's cost, it replaces the estimate."""
-        names = {
-            r["name"]: r["id"]
-            for r in rows(
-                self.db,
-                "SELECT id, name FROM workers WHERE run_id = ? AND backend = ? "
-                "AND json_extract(meta, '$.launched_at') IS NOT NULL",
-                [self.run_id, self.backend],
-            )
-        }
+        names = store.launched(self.db, self.run_id, self.backend)
         if not names or self.conf.price_per_hour is not None:
             return
         sdk.sky_module()  # SkyPilot missing is a UserError, not a missing report
@@ -59,20 +48,17 @@ class CostsMixin(SkyPilotState):
         for entry in report:
             total = entry.get("total_cost")
             if entry.get("name") in names and isinstance(total, int | float) and total > 0:
-                update(self.db, "workers", names[entry["name"]], {"cost_usd": float(total)})
+                store.update(self.db, names[entry["name"]], {"cost_usd": float(total)})
 
     def _charge(self, worker_id: int, experiment_id: int | None, seconds: float) -> None:
         """The experiment pays for the seconds its job held the worker."""
-        row = one(self.db, "SELECT price_per_hour FROM workers WHERE id = ?", [worker_id])
+        row = store.row(self.db, worker_id)
         price = row["price_per_hour"] if row else None
         if price and experiment_id is not None:
-            self.db.execute(
-                "UPDATE experiments SET cost_usd = cost_usd + ? WHERE id = ?",
-                [float(price) * seconds / 3600, experiment_id],
-            )
+            experiments.add_cost(self.db, experiment_id, float(price) * seconds / 3600)
 
     def _budget_spent(self) -> bool:
-        run = one(self.db, "SELECT budget FROM runs WHERE id = ?", [self.run_id])
+        run = run_records.row(self.db, self.run_id)
         usd = _meta(run["budget"] if run else None).get("usd")
         if usd is None:
             return False

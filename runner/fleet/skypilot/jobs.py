@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.db import now, one, update
+from kb.db import now
+from kb.store import jobs, workers
 from runner.fleet.base import JobRef, JobSpec, JobStatus, Worker
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.costs import CostsMixin
@@ -234,7 +235,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
             return False
         job.sky_job = int(sky_job)
         job.save()
-        update(self.db, "jobs", job.job_id, {"backend_job_id": f"{job.cluster}:{job.sky_job}"})
+        jobs.update(self.db, job.job_id, {"backend_job_id": f"{job.cluster}:{job.sky_job}"})
         return True
 
     def _check_failed(self, job: _Job, exc: BaseException) -> JobStatus:
@@ -253,7 +254,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
             status = JobStatus("lost", detail="succeeded, but its log could not be fetched")
         job.final, job.state, job.check = True, status, None
         self._charge(job.worker_id, job.experiment_id, max(0.0, now() - job.submitted_at))
-        row = one(self.db, "SELECT status FROM workers WHERE id = ?", [job.worker_id])
+        row = workers.row(self.db, job.worker_id)
         if row and row["status"] == "busy":
             self._update_worker(job.worker_id, status="ready", idle_since=now())
         return status

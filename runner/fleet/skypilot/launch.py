@@ -8,7 +8,8 @@ import contextlib
 import secrets
 from typing import Any
 
-from kb.db import now, one, update
+from kb.db import now
+from kb.store import workers
 from runner.fleet.base import Worker
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.costs import CostsMixin
@@ -35,13 +36,7 @@ class LaunchMixin(QualifyMixin, CostsMixin):
 
     def _next_launch_at(self) -> float:
         """The earliest time the next launch may go (stagger after the last one; 0: any time)."""
-        last = one(
-            self.db,
-            "SELECT max(json_extract(meta, '$.launched_at')) AS t FROM workers "
-            "WHERE run_id = ? AND backend = ?",
-            [self.run_id, self.backend],
-        )
-        previous = last["t"] if last and last["t"] is not None else None
+        previous = workers.last_launched_at(self.db, self.run_id, self.backend)
         return 0.0 if previous is None else float(previous) + self.conf.stagger_seconds
 
     def _provision(self, worker: Worker) -> None:
@@ -84,7 +79,7 @@ class LaunchMixin(QualifyMixin, CostsMixin):
             price=price,
         )
         if price is not None:
-            update(self.db, "workers", worker.id, {"price_per_hour": price})
+            workers.update(self.db, worker.id, {"price_per_hour": price})
         self._event("worker_launched", f"{worker.name}: up ({launched}); A/A qualification running")
 
     def _launch(self, worker: Worker) -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kb.db import now, one, update
+from kb.db import now
 from kb.errors import UserError
+from kb.store import run_records, workers
 from runner.fleet.base import Worker
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.state import CHECK_ERRORS, GONE
@@ -87,7 +88,7 @@ class QualifyMixin(TeardownMixin):
         if noise is None:
             self._fail(worker.id, f"qualification failed: {why}")
             return
-        update(self.db, "workers", worker.id, {"noise": noise})
+        workers.update(self.db, worker.id, {"noise": noise})
         limit = self.conf.noise_limit
         if noise > limit:
             self._fail(worker.id, f"too noisy: A/A noise {noise:.1%} > limit {limit:.1%}")
@@ -107,7 +108,7 @@ class QualifyMixin(TeardownMixin):
         tree = self.qualify_dir
         if (tree / A_DIR).is_dir() and (tree / B_DIR).is_dir():
             return tree
-        run = one(self.db, "SELECT baseline_commit FROM runs WHERE id = ?", [self.run_id])
+        run = run_records.row(self.db, self.run_id)
         if run is None or not run["baseline_commit"]:
             raise UserError(f"run {self.run_id}: no baseline commit to qualify clusters on")
         baseline = str(run["baseline_commit"])

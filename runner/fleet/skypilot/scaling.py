@@ -4,24 +4,19 @@ after `max_failures` clusters in a row failed to launch or qualify."""
 
 from __future__ import annotations
 
-from kb.db import now, one, rows
+from kb.db import now
 from kb.errors import UserError
+from kb.store import experiments, workers
 from kb.vocabulary import EXPERIMENT_LIVE
 from runner.fleet.base import _meta
 from runner.fleet.skypilot.launch import LaunchMixin
-from runner.fleet.skypilot.state import placeholders
 from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS
 
 
 class ScalingMixin(LaunchMixin):
     def _idle_down(self) -> None:
         limit = self.conf.idle_minutes * 60
-        queued = one(
-            self.db,
-            "SELECT count(*) AS n FROM experiments WHERE run_id = ? AND status = 'queued'",
-            [self.run_id],
-        )
-        if queued and queued["n"]:
+        if experiments.count_in(self.db, self.run_id, ("queued",)):
             return
         busy = self._assigned()
         for worker in self.workers():
@@ -33,26 +28,12 @@ class ScalingMixin(LaunchMixin):
 
     def _assigned(self) -> set[int]:
         """Workers holding an experiment of the run (between its batches too)."""
-        return {
-            r["worker_id"]
-            for r in rows(
-                self.db,
-                "SELECT worker_id FROM experiments WHERE run_id = ? AND status = 'running' "
-                "AND worker_id IS NOT NULL",
-                [self.run_id],
-            )
-        }
+        return experiments.busy_workers(self.db, self.run_id)
 
     def _replace(self) -> None:
         """Launch workers while work waits and the run has fewer than it may have."""
         live = self.workers()
-        demand = one(
-            self.db,
-            "SELECT count(*) AS n FROM experiments WHERE run_id = ? "
-            f"AND status IN ({placeholders(EXPERIMENT_LIVE)})",
-            [self.run_id, *EXPERIMENT_LIVE],
-        )
-        want = min(self.size, demand["n"] if demand else 0)
+        want = min(self.size, experiments.count_in(self.db, self.run_id, EXPERIMENT_LIVE))
         if len(live) >= want or self._failures_in_a_row()[0] >= self.conf.max_failures:
             return
         if self._budget_spent():
@@ -69,11 +50,7 @@ class ScalingMixin(LaunchMixin):
     def _failures_in_a_row(self) -> tuple[int, str]:
         """Workers that failed since the last one that qualified, and the last reason."""
         count, reason = 0, ""
-        for row in rows(
-            self.db,
-            "SELECT status, meta FROM workers WHERE run_id = ? AND backend = ? ORDER BY id DESC",
-            [self.run_id, self.backend],
-        ):
+        for row in workers.newest_first(self.db, self.run_id, self.backend):
             meta = _meta(row["meta"])
             if meta.get("qualified_at") is not None:
                 break

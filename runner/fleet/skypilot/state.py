@@ -4,14 +4,15 @@ qualification, launches, scaling, jobs) are mixins on top of `SkyPilotState`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from kb.config import Settings
-from kb.db import log_event, one
+from kb.db import log_event
 from kb.errors import UserError
+from kb.store import run_records, workers
 from kb.workspace import Workspace
 from runner.fleet.base import Fleet, _meta
 from runner.fleet.skypilot import sdk
@@ -27,11 +28,6 @@ TICK_SECONDS = 2.0
 CHECK_ERRORS = 4
 """Job status checks failing in a row (the cluster still says UP) before the job counts as lost."""
 GONE = "the cluster is gone (not UP when SkyPilot asked the infra: preempted, or its allocation ended)"
-
-
-def placeholders(values: Sequence[object]) -> str:
-    """`?,?,...`, one per value, for an SQL `IN (...)` built from a tuple of statuses or ids."""
-    return ",".join("?" for _ in values)
 
 
 class SkyPilotState(Fleet):
@@ -74,18 +70,18 @@ class SkyPilotState(Fleet):
         self._set_worker(worker_id, **values)
 
     def _is_live(self, worker_id: int) -> bool:
-        row = one(self.db, "SELECT status FROM workers WHERE id = ?", [worker_id])
+        row = workers.row(self.db, worker_id)
         return row is not None and row["status"] in LIVE
 
     def _name(self, worker_id: int) -> str:
-        row = one(self.db, "SELECT name FROM workers WHERE id = ?", [worker_id])
+        row = workers.row(self.db, worker_id)
         return str(row["name"]) if row else f"worker {worker_id}"
 
     def _event(self, kind: str, message: str, *, level: str = "info") -> None:
         log_event(self.db, kind, message, level=level, run_id=self.run_id)
 
     def _run_options(self) -> dict[str, Any]:
-        run = one(self.db, "SELECT options FROM runs WHERE id = ?", [self.run_id])
+        run = run_records.row(self.db, self.run_id)
         return _meta(run["options"] if run else None)
 
     def _repo(self) -> git.Repo:

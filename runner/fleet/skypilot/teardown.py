@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kb.db import log_event, now, one, rows
+from kb.db import log_event, now
+from kb.store import workers
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 from runner.fleet.base import Worker, _meta
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.state import LIVE, TICK_SECONDS, SkyPilotState, placeholders
+from runner.fleet.skypilot.state import LIVE, TICK_SECONDS, SkyPilotState
 
 DOWN_WAIT_SECONDS = 900.0
 
@@ -39,7 +40,7 @@ class TeardownMixin(SkyPilotState):
 
     def _teardown(self, worker_id: int, status: str, reason: str) -> None:
         """Mark the worker over and send the down request (checked by later ticks)."""
-        row = one(self.db, "SELECT * FROM workers WHERE id = ?", [worker_id])
+        row = workers.row(self.db, worker_id)
         if row is None:
             return
         meta = _meta(row["meta"])
@@ -61,12 +62,7 @@ class TeardownMixin(SkyPilotState):
         self._update_worker(worker_id, **changes, teardown="pending", down_request=request)
 
     def _pending_teardowns(self) -> list[dict[str, Any]]:
-        return rows(
-            self.db,
-            "SELECT * FROM workers WHERE backend = ? AND json_extract(meta, '$.teardown') = 'pending' "
-            "ORDER BY id",
-            [self.backend],
-        )
+        return workers.pending_teardowns(self.db, self.backend)
 
     def _check_teardowns(self) -> None:
         for row in self._pending_teardowns():
@@ -98,12 +94,7 @@ class TeardownMixin(SkyPilotState):
 
     def _down_orphans(self) -> None:
         """Clusters recorded for runs that nobody drives any more are downed."""
-        for row in rows(
-            self.db,
-            "SELECT w.id, w.run_id FROM workers w LEFT JOIN runs r ON r.id = w.run_id "
-            f"WHERE w.backend = ? AND w.status IN ({placeholders(LIVE)}) "
-            "AND (w.run_id IS NULL OR w.run_id != ?) AND (r.id IS NULL "
-            f"OR r.status NOT IN ({placeholders(RUN_LIVE)}) OR r.heartbeat_at IS NULL OR r.heartbeat_at < ?)",
-            [self.backend, *LIVE, self.run_id, *RUN_LIVE, now() - STALE_HEARTBEAT],
+        for row in workers.orphans(
+            self.db, self.backend, LIVE, self.run_id, RUN_LIVE, now() - STALE_HEARTBEAT
         ):
             self._teardown(row["id"], "down", f"its run {row['run_id']} is not live")

@@ -1,0 +1,47 @@
+"""The knowledge-base rows a `--source` ref names, as runner/cite.py checks them: an evidence row
+with its source's title, a paper by id or by address, and a paper's first passage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kb.store.paging import one
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+
+def evidence(db: sqlite_utils.Database, evidence_id: int) -> dict[str, Any] | None:
+    """id, kind, title and its source's title (source) of an evidence row."""
+    return one(
+        db,
+        "SELECT e.id, e.kind, e.title, s.title AS source FROM evidence e "
+        "JOIN sources s ON s.id = e.source_id WHERE e.id = ?",
+        [evidence_id],
+    )
+
+
+def paper(db: sqlite_utils.Database, source_id: int) -> dict[str, Any] | None:
+    """Every column of the paper source with this id (None for another kind of source)."""
+    return one(db, "SELECT * FROM sources WHERE id = ? AND kind = 'paper'", [source_id])
+
+
+def paper_at(db: sqlite_utils.Database, addresses: Sequence[str]) -> dict[str, Any] | None:
+    """Every column of the first paper whose URL or canonical URL is one of `addresses`."""
+    marks = ", ".join("?" for _ in addresses)
+    return one(
+        db,
+        f"SELECT * FROM sources WHERE kind = 'paper' AND (url IN ({marks}) OR canonical_url IN ({marks})) "
+        "ORDER BY id LIMIT 1",
+        [*addresses, *addresses],
+    )
+
+
+def first_passage(db: sqlite_utils.Database, source_id: int) -> int | None:
+    found = one(
+        db,
+        "SELECT id FROM evidence WHERE source_id = ? AND kind = 'passage' ORDER BY position, id LIMIT 1",
+        [source_id],
+    )
+    return int(found["id"]) if found else None
