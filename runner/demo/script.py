@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb.db import one
 from kb.errors import UserError
 from kb.packaged import demo_dir
+from kb.store import demo_reads
 from kb.vocabulary import STOP_MEANINGS
 from runner.demo.summary import (
     DemoResult,
@@ -105,8 +105,7 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
     bottleneck, after = bottlenecks(db, final.to_json(), ws.settings.metric.primary)
     stack = (final.summary or {}).get("stack")
     ablation = (final.summary or {}).get("ablation") or []
-    run_row = one(db, "SELECT stop_reason FROM runs WHERE id = ?", [run_id])
-    stop_reason = run_row["stop_reason"] if run_row else None
+    stop_reason = demo_reads.stop_reason(db, run_id)
     result = DemoResult(
         workspace=root,
         run_id=run_id,
@@ -139,10 +138,10 @@ def run_demo(options: DemoOptions, progress: DemoProgress | None = None) -> Demo
 
 
 def _run_name(db: sqlite_utils.Database) -> str:
-    if one(db, "SELECT id FROM runs WHERE name = ?", [RUN_NAME]) is None:
+    if not demo_reads.run_name_taken(db, RUN_NAME):
         return RUN_NAME
     n = 2
-    while one(db, "SELECT id FROM runs WHERE name = ?", [f"{RUN_NAME}-{n}"]):
+    while demo_reads.run_name_taken(db, f"{RUN_NAME}-{n}"):
         n += 1
     return f"{RUN_NAME}-{n}"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.store import demo_reads
 from runner.stats import interval, pct
 
 if TYPE_CHECKING:
@@ -87,7 +88,6 @@ class DemoResult:
 def collect_outcomes(
     db: sqlite_utils.Database, summary: dict[str, Any]
 ) -> tuple[list[Outcome], list[Outcome]]:
-    from kb.db import one
     from runner.record.sources import source_details, source_refs
 
     winners = {w["experiment_id"]: w for w in summary["winners"]}
@@ -96,15 +96,9 @@ def collect_outcomes(
     for exp in summary["experiments"]:
         if exp["kind"] != "candidate" or exp["status"] == "lost":
             continue
-        row = one(db, "SELECT hypothesis_id, meta FROM experiments WHERE id = ?", [exp["id"]])
-        hid = row["hypothesis_id"] if row else None
-        hyp = one(db, "SELECT origin FROM hypotheses WHERE id = ?", [hid]) if hid else None
-        patch = (
-            one(db, "SELECT diff_sha FROM patches WHERE id = ?", [exp["patch_id"]])
-            if exp["patch_id"]
-            else None
-        )
-        meta = json.loads(row["meta"] or "{}") if row else {}
+        found = demo_reads.experiment_origin(db, exp["id"], exp["patch_id"])
+        hid = found["hypothesis_id"]
+        meta = json.loads(found["meta"] or "{}")
         ci = tuple(exp["ci"]) if exp["ci"] else None
         outcome = Outcome(
             experiment_id=exp["id"],
@@ -115,10 +109,10 @@ def collect_outcomes(
             effect=exp["effect"],
             ci=(ci[0], ci[1]) if ci else None,
             pairs=exp["pairs"] or 0,
-            origin=hyp["origin"] if hyp else None,
+            origin=found["origin"],
             sources=source_refs(db, hid),
             source_details=source_details(db, hid),
-            diff_sha=patch["diff_sha"] if patch else None,
+            diff_sha=found["diff_sha"],
         )
         winner = winners.get(exp["id"])
         if exp["status"] == "kept" and winner is not None:
@@ -152,16 +146,9 @@ def _reading(db: sqlite_utils.Database, title: str) -> list[str]:
 
 def waiting_hypotheses(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Hypotheses that never reached an experiment, with why."""
-    from kb.db import rows
     from runner.record.sources import source_refs
 
-    found = rows(
-        db,
-        "SELECT h.id, h.title, h.origin, h.status, h.repeat_of, "
-        "(SELECT count(*) FROM patches p WHERE p.hypothesis_id = h.id) AS patches "
-        "FROM hypotheses h WHERE NOT EXISTS (SELECT 1 FROM experiments e WHERE e.hypothesis_id = h.id) "
-        "ORDER BY h.priority DESC, h.id",
-    )
+    found = demo_reads.never_tried(db)
     return [
         {
             "id": h["id"],
@@ -187,17 +174,11 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
     `after_waves` (the waves started before it: 0 is before the first wave), `found` (the hypotheses
     its miners added, from the `hypotheses.mine` events logged during the phase, then those the
     model proposed in it) and `patches` (those the model wrote in it: id, hypothesis, repair_of)."""
-    from kb.db import one, rows
     from runner.record.history import parse_json
 
     if run_id is None:
         return []
-    events = rows(
-        db,
-        "SELECT id, kind, run_id, data FROM events WHERE (run_id = ? AND kind IN "
-        "('research_started', 'research_done', 'wave_started')) OR kind = 'hypotheses.mine' ORDER BY id",
-        [run_id],
-    )
+    events = demo_reads.research_events(db, run_id)
     phases: list[dict[str, Any]] = []
     waves, started = 0, False
     mined_ids: list[int] = []
@@ -212,36 +193,18 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
             mined_ids += [*data.get("gap_added", []), *data.get("fork_added", [])]
         elif ev["kind"] == "research_done":
             calls = [int(c) for c in data.get("call_ids") or []]
-            marks = ", ".join("?" for _ in calls) or "NULL"
-            found = [
-                h
-                for hid in dict.fromkeys(mined_ids)
-                if (h := one(db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE id = ?", [hid]))
-            ]
-            found += rows(
-                db, f"SELECT {_HYP_COLUMNS} FROM hypotheses WHERE llm_call_id IN ({marks}) ORDER BY id", calls
-            )
-            patches = rows(
-                db,
-                "SELECT p.id, p.hypothesis_id, h.title, p.repair_of, p.from_experiment FROM patches p "
-                f"JOIN hypotheses h ON h.id = p.hypothesis_id WHERE p.llm_call_id IN ({marks}) ORDER BY p.id",
-                calls,
-            )
+            found = [h for hid in dict.fromkeys(mined_ids) if (h := demo_reads.hypothesis_brief(db, hid))]
+            found += demo_reads.hypotheses_of_calls(db, calls)
+            patches = demo_reads.patches_of_calls(db, calls)
             phases.append({**data, "after_waves": waves, "found": found, "patches": patches})
             started = False
     return phases
 
 
-_HYP_COLUMNS = "id, title, origin, status"
-
-
 def _medians(db: sqlite_utils.Database, experiment_id: int, side: str) -> dict[str, float]:
-    from kb.db import rows
 
     values: dict[str, list[float]] = {}
-    for r in rows(
-        db, "SELECT metric, value FROM samples WHERE experiment_id = ? AND side = ?", [experiment_id, side]
-    ):
+    for r in demo_reads.side_samples(db, experiment_id, side):
         values.setdefault(r["metric"], []).append(float(r["value"]))
     return {m: float(statistics.median(v)) for m, v in values.items() if v}
 

@@ -50,9 +50,14 @@ def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchReques
     if req.model or settings.llm.model:
         from runner.llm import LLMError, client_for
 
-        client = client_for(db, settings.llm, model=req.model, api_base=req.api_base, run_id=req.run_id)
-        head = _run_head(ws, db, req.run_id)
-        steps = (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
+        try:  # a bad model setting fails this phase's model steps, not what the miners found
+            client = client_for(db, settings.llm, model=req.model, api_base=req.api_base, run_id=req.run_id)
+            head = _run_head(ws, db, req.run_id)
+        except (LLMError, UserError) as exc:
+            report.failures.append(f"model: {exc}")
+            steps: tuple[Any, ...] = ()
+        else:
+            steps = (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
         for step in steps:
             if req.on_phase is not None:
                 req.on_phase("researching" if step is _generate else "patching")

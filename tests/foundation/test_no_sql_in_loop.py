@@ -13,14 +13,8 @@ import ast
 
 from tests.foundation.sql_scan import ROOT, sql_lines
 
-# Every module of the runner package but the demo's, which others are moving now (runner/demo/script.py
-# and summary.py still read runs, experiments, hypotheses, patches and samples themselves).
-PENDING = ("runner/demo/",)
-FILES = sorted(
-    path
-    for path in (ROOT / "runner").rglob("*.py")
-    if not path.relative_to(ROOT).as_posix().startswith(PENDING)
-)
+# Every module of the runner package.
+FILES = sorted((ROOT / "runner").rglob("*.py"))
 
 # kb.db's row helpers take table and column names: a write through them is SQL by another name.
 # What the runner keeps of kb.db is the transaction, the clock and the event log.
