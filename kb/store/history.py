@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kb.store.decisions import latest_decision_id
 from kb.store.paging import one, rows
 
 if TYPE_CHECKING:
@@ -117,13 +118,8 @@ def experiment_count(db: sqlite_utils.Database, run_id: int) -> int:
 
 
 # The runner's last word: final first, then the newest; re-analyses never count.
-_LATEST_DECISIONS_SQL = """
-SELECT d.* FROM decisions d
-WHERE d.origin != 'redecide' AND d.id = (
-    SELECT d2.id FROM decisions d2
-    WHERE d2.experiment_id = d.experiment_id AND d2.origin != 'redecide'
-    ORDER BY d2.is_final DESC, d2.id DESC LIMIT 1)
-"""
+# The one rule for an experiment's decision (kb/store/decisions.py), embedded.
+_LATEST_DECISIONS_SQL = "SELECT d.* FROM decisions d WHERE d.id = " + latest_decision_id("d.experiment_id")
 
 
 def latest_decision_rows(

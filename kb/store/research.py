@@ -53,13 +53,11 @@ def noise_floor(db: sqlite_utils.Database, run_id: int) -> float | None:
 
 def results(db: sqlite_utils.Database, limit: int) -> list[dict[str, Any]]:
     """The newest `limit` measured candidates (newest first): id, hypothesis_id, title, status,
-    reason, meta and their decision's effect, ci_low, ci_high and pairs (the runner's own decision
-    first, then the final one, then the newest)."""
+    reason, meta and their decision's effect, ci_low, ci_high and pairs (kb/store/decisions.py's rule)."""
     return rows(
         db,
         "SELECT e.id, e.hypothesis_id, e.title, e.status, e.reason, e.meta, d.effect, d.ci_low, d.ci_high, "
-        "d.pairs FROM experiments e LEFT JOIN decisions d ON d.id = (SELECT id FROM decisions "
-        "WHERE experiment_id = e.id ORDER BY origin = 'runner' DESC, is_final DESC, id DESC LIMIT 1) "
+        "d.pairs FROM experiments e LEFT JOIN decisions d ON d.id = " + latest_decision_id("e.id") + " "
         "WHERE e.kind = 'candidate' AND e.status NOT IN ('queued', 'running', 'cancelled', 'lost') "
         "ORDER BY e.id DESC LIMIT ?",
         [limit],
