@@ -278,3 +278,29 @@ def test_kill_9_in_a_research_phase_then_resume_pays_no_step_twice(tmp_path: Pat
         c["step"] for c in rows(db, "SELECT step FROM llm_calls WHERE error IS NULL AND step IS NOT NULL")
     ]
     assert len(steps) == len(set(steps)), steps  # one paid answer per step
+
+
+def test_a_plain_run_with_a_model_repairs_its_own_candidates(tmp_path: Path) -> None:
+    """Without --autopilot nothing is mined or generated, but a queued patch that does not build
+    goes back to the model (the run's --model) and its repair is measured in the next wave."""
+    from runner.hypotheses import add_hypothesis, add_patch
+    from tests.runner.autopilot_agent import PATCHES
+
+    with ScriptedLLM([]) as llm:
+        ws = autopilot_workspace(tmp_path, None, enabled=False)
+        llm.script = Agent(paper_passage(ws))
+        db = ws.db()
+        hid = add_hypothesis(db, TILE, status="approved")
+        assert hid is not None
+        broken = add_patch(db, hid, PATCHES["tile-broken"], author_kind="manual")
+        summary, lines = run_autopilot(ws, model=llm.litellm_model, api_base=llm.base_url, waves=2)
+    db = ws.db()
+    run = must(one(db, "SELECT * FROM runs WHERE id = ?", [summary.run_id]))
+    assert json.loads(run["options"])["model"] == llm.litellm_model  # stored: --resume continues alike
+    assert run["stop_reason"] in ("waves", "queue_empty"), "\n".join(lines)
+    exps = experiments_of(db, hid)
+    assert [e["status"] for e in exps][0] == "crashed" and len(exps) == 2
+    repair = must(one(db, "SELECT * FROM patches WHERE repair_of = ?", [broken]))
+    assert exps[1]["patch_id"] == repair["id"] and repair["from_experiment"] == exps[0]["id"]
+    assert not rows(db, "SELECT id FROM events WHERE kind = 'hypotheses.mine'")  # no miners in a plain run
+    assert not rows(db, "SELECT id FROM llm_calls WHERE purpose IN ('queries', 'research')")
