@@ -38,9 +38,11 @@ def run_wave(
     """One wave: the honest speedup and the attacks; name -> experiment row."""
     from runner.hypotheses import add_hypothesis, add_patch
 
-    ws, target = make_workspace(
-        tmp_path, policy=ONE_LOOK, fleet={"wave_size": 16, **overrides.pop("fleet", {})}, **overrides
-    )
+    # One worker: two CPU-bound batches side by side on a 2-core machine interfere in step with each
+    # other, and a no-op then comes out "kept" now and then (seen in 1 of 4 to 2 of 3 waves here).
+    # This test is about what a candidate can reach, not about measuring under contention.
+    fleet = {"wave_size": 16, "parallel": 1, **overrides.pop("fleet", {})}
+    ws, target = make_workspace(tmp_path, policy=ONE_LOOK, fleet=fleet, **overrides)
     db = ws.db()
     ids: dict[str, int] = {}
     for i, (name, diff) in enumerate(
