@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 PAGE_SIZE = 200
 
@@ -61,6 +62,49 @@ def loads(text: Any) -> Any:
 def like(text: str) -> str:
     """A LIKE pattern (ESCAPE '\\') matching values that contain `text`."""
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+class ShapeMismatch(RuntimeError):
+    """A query's columns are not its row type's keys: the SQL or the TypedDict drifted (a bug)."""
+
+
+_SHAPE_KEYS: dict[object, frozenset[str]] = {}
+
+
+def _keys_of(shape: object) -> frozenset[str]:
+    keys = _SHAPE_KEYS.get(shape)
+    if keys is None:
+        required: frozenset[str] = getattr(shape, "__required_keys__", frozenset())
+        optional: frozenset[str] = getattr(shape, "__optional_keys__", frozenset())
+        keys = _SHAPE_KEYS[shape] = frozenset(required | optional)
+    return keys
+
+
+def shaped(db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params: Any = ()) -> list[R]:
+    """A query's rows as the TypedDict `shape` (mypy then checks every key a caller reads).
+
+    The query's column names must be the shape's keys, no more and no fewer: that is checked on
+    the cursor's description, so it holds with no rows too, and a migration or a SELECT that
+    drifts from its row type fails the first test that runs it (ShapeMismatch) instead of handing
+    a caller a key its type says is missing."""
+    cursor = db.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    keys = _keys_of(shape)
+    if len(names) != len(keys) or set(names) != keys:
+        missing = sorted(keys - set(names))
+        extra = sorted(set(names) - keys)
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        raise ShapeMismatch(
+            f"{getattr(shape, '__name__', shape)}: query columns differ from the row type"
+            f" (missing {missing}, extra {extra}, repeated {repeated})"
+        )
+    return [cast(R, dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+
+
+def shaped_one(db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params: Any = ()) -> R | None:
+    """The first row of `shaped`, or None."""
+    found = shaped(db, shape, sql, params)
+    return found[0] if found else None
 
 
 def rows(db: sqlite_utils.Database, sql: str, params: Any = ()) -> list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def dollars_spent(db: sqlite_utils.Database, run_id: int, machines_usd: float) -
 
 
 @dataclass(frozen=True)
-class WorkerRow:
+class FleetWorker:
     id: int
     name: str
     backend: str
@@ -180,10 +180,10 @@ def _worker_phase(row: dict[str, Any]) -> str | None:
     return "downing" if meta.get("teardown") == "pending" else meta.get("phase")
 
 
-def run_workers(db: sqlite_utils.Database, run_id: int) -> list[WorkerRow]:
+def run_workers(db: sqlite_utils.Database, run_id: int) -> list[FleetWorker]:
     """A run's workers, each with the experiment it is running."""
     return [
-        WorkerRow(
+        FleetWorker(
             r["id"],
             r["name"],
             r["backend"],
@@ -319,17 +319,17 @@ def last_run_with_winners(db: sqlite_utils.Database) -> tuple[str, int] | None:
 
 
 @dataclass(frozen=True)
-class CommandRow:
+class CommandState:
     id: int
     kind: str
     status: str
     result: str | None
 
 
-def command(db: sqlite_utils.Database, command_id: int) -> CommandRow | None:
+def command(db: sqlite_utils.Database, command_id: int) -> CommandState | None:
     """A steering command as the runner left it (pending, done or failed, with its result)."""
     r = one(db, "SELECT id, kind, status, result FROM commands WHERE id = ?", [command_id])
-    return None if r is None else CommandRow(int(r["id"]), r["kind"], r["status"], r["result"])
+    return None if r is None else CommandState(int(r["id"]), r["kind"], r["status"], r["result"])
 
 
 def live_run(db: sqlite_utils.Database, now: float) -> RunStatus | None:

@@ -40,7 +40,7 @@ from kb.store.knowledge import (
 )
 from kb.store.paging import PAGE_SIZE, Page, clamp_offset, version
 from kb.store.research_log import ResearchPhase, RunSteering
-from kb.store.runs import FleetExperiment, RunStatus, WorkerRow, current_run_id, experiment_log_dir
+from kb.store.runs import FleetExperiment, FleetWorker, RunStatus, current_run_id, experiment_log_dir
 from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
 from kb.vocabulary import RUN_LIVE as LIVE_RUN_STATUSES
 from kb.vocabulary import STALE_HEARTBEAT
@@ -124,7 +124,7 @@ __all__ = [
     "version",
     "FleetExperiment",
     "RunStatus",
-    "WorkerRow",
+    "FleetWorker",
     "current_run_id",
     "experiment_log_dir",
     "LIVE_EXPERIMENT_STATUSES",

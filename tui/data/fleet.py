@@ -12,7 +12,7 @@ from kb.store import research_log as _research_store
 from kb.store import runs as _run_store
 from kb.store.paging import version
 from kb.store.research_log import ResearchPhase, RunSteering
-from kb.store.runs import FleetExperiment, RunStatus, WorkerRow, current_run_id
+from kb.store.runs import FleetExperiment, FleetWorker, RunStatus, current_run_id
 from kb.vocabulary import EXPERIMENT_LIVE as LIVE_EXPERIMENT_STATUSES
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FleetSnapshot:
     run: RunStatus | None
-    workers: list[WorkerRow]
+    workers: list[FleetWorker]
     experiments: list[FleetExperiment]
     """Live experiments (running, queued) first, then the most recent finished ones."""
     version: int
