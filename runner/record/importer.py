@@ -399,6 +399,7 @@ def _import_line(
         )
         if line.literature_source:
             hypotheses.add_source_ref(db, hypothesis_id, _source_ref(line.literature_source))
+    compared = None if is_baseline else _compare(line, metric, direction, reference)
     experiment_id = experiments.create(
         db,
         {
@@ -408,6 +409,7 @@ def _import_line(
             "kind": "candidate",
             "title": title,
             "status": STATUS_MAP[status],
+            "reason": _worse_keep(status, metric, compared),
             "baseline_commit": reference_commit or segment.lines[0].commit,
             "candidate_commit": line.commit,
             "meta": {
@@ -456,16 +458,40 @@ def _import_line(
                 },
             )
     if not is_baseline and status in VERDICT_MAP:
-        _import_decision(db, line, metric, direction, reference, experiment_id, policy, when)
+        _import_decision(db, line, metric, reference, compared, experiment_id, policy, when)
     return experiment_id
+
+
+def _compare(
+    line: LogLine, metric: str, direction: str, reference: dict[str, float]
+) -> tuple[float | None, float | None] | None:
+    """(relative effect, difference) of the line's primary value against the value it was compared
+    with (`_better`), or None when either is missing."""
+    if metric in line.values and metric in reference:
+        return _better(line.values[metric], reference[metric], direction)
+    return None
+
+
+def _worse_keep(status: str, metric: str, compared: tuple[float | None, float | None] | None) -> str | None:
+    """The experiment's reason for a line the log kept although its own numbers say it got worse
+    than the value it was compared with: history, the report and the console then show `kept:
+    kept by the log, worse by its numbers`, never a bare kept (which reads as a winner)."""
+    if status != "keep" or compared is None:
+        return None
+    effect, difference = compared
+    if effect is not None and effect < 0:
+        return f"kept by the log, worse by its numbers ({metric} {effect:+.1%} against the last kept value)"
+    if difference is not None and difference < 0:
+        return f"kept by the log, worse by its numbers ({metric} {difference:+g} against the last kept value)"
+    return None
 
 
 def _import_decision(
     db: sqlite_utils.Database,
     line: LogLine,
     metric: str,
-    direction: str,
     reference: dict[str, float],
+    compared: tuple[float | None, float | None] | None,
     experiment_id: int,
     policy: dict[str, Any],
     when: float,
@@ -474,8 +500,8 @@ def _import_decision(
     reason = f"imported verdict {line.status!r} from one sample"
     if line.status != line.original_status:
         reason += f" (the log says {cap(str(line.original_status), 40)!r})"
-    if metric in line.values and metric in reference:
-        effect, difference = _better(line.values[metric], reference[metric], direction)
+    if compared is not None:
+        effect, difference = compared
         if difference is not None:
             reason += (
                 f"; on a difference scale ({metric} {line.values[metric]:g} against {reference[metric]:g}: "
@@ -483,6 +509,9 @@ def _import_decision(
             )
     else:
         reason += f"; no value of {metric} to compare, so no effect"
+    worse = _worse_keep(line.status, metric, compared)
+    if worse is not None:
+        reason += f"; {worse}"
     if line.confidence is not None:
         reason += f" (pi confidence {line.confidence:g})"
     per_metric: dict[str, Any] = {

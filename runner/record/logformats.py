@@ -58,6 +58,7 @@ PI_METRIC = "metric"
 #: pi-autoresearch's labels for its confidence score (index.ts).
 PI_LIKELY, PI_MARGINAL = 2.0, 1.0
 _TSV_FIELDS = ("commit", "status", "description")
+_EMPTY_SEGMENT = "config line {} starts a segment with no run lines ({}): nothing to import"
 #: What a pi-autoresearch run line holds (log_experiment); other fields are kept as written.
 _RUN_FIELDS = frozenset(
     ("type", "run", "commit", "metric", "metrics", "status", "description", "timestamp", "segment")
@@ -267,6 +268,12 @@ def _parse_jsonl(path: Path, text: str) -> ParsedLog:
             kind = data.get("type")
             if kind == "config":
                 segment = _config(data, number, current, len(log.segments), log)
+                if log.segments and not log.segments[-1].lines:
+                    # pi reads nothing into a config that the next one follows at once: say so,
+                    # rather than drop the segment without a word.
+                    log.notes[
+                        _EMPTY_SEGMENT.format(log.segments[-1].config_line, "the next config line follows")
+                    ] += 1
                 # pi numbers a segment on from the previous one only once a run line was read.
                 if log.segments:
                     earlier = log.segments[-1]
@@ -276,10 +283,11 @@ def _parse_jsonl(path: Path, text: str) -> ParsedLog:
                 log.ignored[str(kind)] += 1
             elif _is_run_line(data):
                 if not log.segments:  # run lines before any config line: pi's defaults
+                    log.segments.append(Segment(0, None, PI_METRIC, PI_DIRECTION, None, None))
+                if log.segments[-1].config_line is None:  # counted per line, as every note is
                     log.notes[
                         "run lines before any config line: metric `metric`, lower is better (pi's defaults)"
                     ] += 1
-                    log.segments.append(Segment(0, None, PI_METRIC, PI_DIRECTION, None, None))
                 line = _run_line(data, number, log.segments[-1].metric)
                 if finite(line.segment) and line.segment != log.segments[-1].pi_segment:
                     line.notes.append(
@@ -298,6 +306,9 @@ def _parse_jsonl(path: Path, text: str) -> ParsedLog:
                 )
         except _Malformed as exc:
             log.skipped.append(Skipped(number, str(exc)))
+    last = log.segments[-1] if log.segments else None
+    if last is not None and not last.lines and any(s.lines for s in log.segments):
+        log.notes[_EMPTY_SEGMENT.format(last.config_line, "the file ends")] += 1
     return log
 
 

@@ -160,9 +160,53 @@ def test_a_config_without_direction_means_lower_is_better(ws: Workspace, tmp_pat
 
 
 def test_run_lines_without_a_config_line_take_pi_defaults(ws: Workspace, tmp_path: Path) -> None:
-    log = jsonl(tmp_path / "headless.jsonl", [run(1, 100), run(2, 90)])
-    (imported,) = import_log(ws.db(), log).runs
+    log = jsonl(tmp_path / "headless.jsonl", [run(1, 100), run(2, 90), run(3, 95, "discard")])
+    result = import_log(ws.db(), log)
+    (imported,) = result.runs
     assert (imported.metric, imported.direction) == ("metric", "lower")
+    # The note counts the lines read with pi's defaults, as every other note counts lines.
+    assert result.notes == {
+        "run lines before any config line: metric `metric`, lower is better (pi's defaults)": 3
+    }
+
+
+def test_an_empty_segment_is_named_not_dropped_in_silence(ws: Workspace, tmp_path: Path) -> None:
+    lines = [config(), config(metric="tok_s", direction="higher"), run(1, 50), run(2, 55), config()]
+    result = import_log(ws.db(), jsonl(tmp_path / "empty-segment.jsonl", lines))
+    (imported,) = result.runs  # the two configs without run lines make no run
+    assert (imported.metric, imported.experiments) == ("tok_s", 2)
+    assert result.notes == {
+        "config line 1 starts a segment with no run lines (the next config line follows): "
+        "nothing to import": 1,
+        "config line 5 starts a segment with no run lines (the file ends): nothing to import": 1,
+    }
+    printed = cli(ws, "import", str(jsonl(tmp_path / "again.jsonl", lines)))
+    assert printed.exit_code == 0 and "config line 1 starts a segment with no run lines" in printed.output
+
+
+def test_a_keep_worse_by_its_own_numbers_is_flagged(ws: Workspace, tmp_path: Path) -> None:
+    # Seen in real pi logs: the agent kept a line whose value got worse than the last kept one.
+    log = jsonl(
+        tmp_path / "worse-keep.jsonl",
+        [config(), run(1, 100), run(2, 90), run(3, 99, "keep"), run(4, 80, "keep"), run(5, 70, "discard")],
+    )
+    result = import_log(ws.db(), log)
+    (imported,) = result.runs
+    db = ws.db()
+    _, better, worse, best, dropped = history.experiments(db, imported.id)
+    assert (better.status, better.reason) == ("kept", None)
+    assert worse.status == "kept"  # the log's word stays, with its numbers beside it
+    assert (
+        worse.reason == "kept by the log, worse by its numbers (total_ms -9.1% against the last kept value)"
+    )
+    assert worse.decision is not None and "kept by the log, worse by its numbers" in (
+        worse.decision.reason or ""
+    )
+    assert worse.effect == pytest.approx(90 / 99 - 1)
+    assert best.reason is None and best.effect == pytest.approx(99 / 80 - 1)
+    assert dropped.reason is None  # a discard that was better is the log's call, not flagged here
+    shown = browse(ws, result)[imported.name]
+    assert "kept: kept by the log, worse by its numbers" in shown
 
 
 def test_later_config_lines_keep_what_they_leave_out(ws: Workspace, tmp_path: Path) -> None:
