@@ -136,6 +136,11 @@ class FleetSettings(_Section):
     """Where experiments run: `local` (processes on this machine) or `skypilot` (clusters)."""
     parallel: int = Field(2, ge=1)
     """Workers at once (local slots or clusters); locally, CPU-bound benchmarks should not share cores."""
+    exclusive_pairs: bool = True
+    """Local workers share this machine: each benchmark pair then runs alone on it (no other
+    worker's build, checks or pair at the same time; builds and checks still overlap each other).
+    Off: pairs of different workers may overlap (workers pinned to cores of their own, say), and
+    whatever one does to the machine lands in the other's numbers."""
     wave_size: int = Field(0, ge=0)
     """Experiments per wave (0: as many as `parallel`). Every wave re-measures the current baseline."""
     template: str = ""

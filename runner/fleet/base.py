@@ -122,6 +122,11 @@ class Fleet(ABC):
     def preflight(cls, ws: Workspace) -> None:
         """Check the workspace's settings for this backend; raise UserError naming what is wrong."""
 
+    def sharing(self) -> int:
+        """Workers that take turns on one machine for their pairs (the local fleet's machine lock):
+        a job may wait that many times its own length, which its deadline allows. 1: none."""
+        return 1
+
     def tick(self) -> None:  # noqa: B027 - optional hook
         """Advance background work (provisioning, qualification, idle shutdown, costs); quick."""
 

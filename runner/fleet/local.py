@@ -61,6 +61,17 @@ class LocalFleet(Fleet):
             )
         return self.workers()
 
+    def machine_lock(self) -> Path | None:
+        """The file the template's `machine` locks (experiment.yaml): with more than one slot, each
+        pair holds it alone, builds and checks share it, so no worker's step runs on this machine
+        during another's pair. None with one slot or `fleet.exclusive_pairs = false`."""
+        if self.size < 2 or not self.ws.settings.fleet.exclusive_pairs:
+            return None
+        return self.ws.logs_dir / "machine.lock"
+
+    def sharing(self) -> int:
+        return self.size if self.machine_lock() is not None else 1
+
     def down(self) -> None:
         for child in list(self._children.values()):
             if child.poll() is None:
@@ -92,6 +103,9 @@ class LocalFleet(Fleet):
             "SKYPILOT_NUM_NODES": "1",
             "SKYPILOT_TASK_ID": f"autoresearch-local-{spec.job_id}",
         }
+        lock = self.machine_lock()
+        if lock is not None:
+            env["AR_MACHINE_LOCK"] = str(lock)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.log_path, "ab") as log:
             child = subprocess.Popen(

@@ -4,6 +4,7 @@ job (the baseline against itself), so both run the protocol alike."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,24 @@ class Timeouts:
         return 2 * (self.build + 5) + pairs * 2 * (self.bench + 5) + (self.check + 5 if run_checks else 0)
 
 
+def pair_order(nonce: str, pairs: int) -> str:
+    """The side order of each pair of a batch, `AB` or `BA`, space-separated (the template's
+    PAIR_ORDER).
+
+    Pairs go in blocks of two, one AB and one BA each, so a machine that drifts steadily during a
+    block favours neither side (what a fixed ABBA order by pair number gives). Which of the two
+    comes first is drawn per block from the batch's nonce, which no step sees: with a fixed order,
+    two workers sharing a machine (local slots, pods on one node) run their A and B sides in step,
+    and whatever one does to the machine lands on the same side of the other's every pair (a bias
+    no number of pairs removes); drawn, it lands on either side alike (noise, which the interval
+    shows). A block cut by the batch's end leaves one pair, its order drawn too."""
+    rng = random.Random(f"{nonce}:pair-order")
+    orders: list[str] = []
+    while len(orders) < pairs:
+        orders.extend(("AB", "BA") if rng.random() < 0.5 else ("BA", "AB"))
+    return " ".join(orders[:pairs])
+
+
 def batch_envs(
     ws: Workspace,
     settings: Settings,
@@ -68,6 +87,7 @@ def batch_envs(
         "BATCH": batch,
         "PAIR_START": pair_start,
         "PAIRS": pairs,
+        "PAIR_ORDER": pair_order(nonce, pairs),
         "RUN_CHECKS": int(run_checks),
         "AUTORESEARCH_NONCE": nonce,
         **sandbox_envs(ws),

@@ -47,6 +47,10 @@ class DoesNotApply(Exception):
     """The patch does not apply onto the baseline (status `crashed`, reason `does_not_apply`)."""
 
 
+# The mark prepare_workdir leaves when it has finished (under the folder it clears first).
+PREPARED = ".autoresearch/prepared"
+
+
 def commit_candidate(repo: git.Repo, baseline: str, diff: str, title: str) -> str:
     """The candidate as a commit on top of the baseline (no branch moves); DoesNotApply if it fails."""
     env = {key: value for key, value in AUTHOR.items() if key not in os.environ}
@@ -68,7 +72,8 @@ def prepare_workdir(
     write the harness folder (runner/harness/sandbox.py) from the fresh baseline tree: what every
     protected path (`protected`, plus the two scripts) holds before anything has run."""
     workdir.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)  # build stamps of a dead attempt
+    # Build stamps of a dead attempt go, and with them the mark that this folder was ready.
+    shutil.rmtree(workdir / ".autoresearch", ignore_errors=True)
     trees = {A_DIR: baseline, B_DIR: candidate}
     for name, commit in trees.items():
         gitrepo.worktree_add(repo, workdir / name, commit)
@@ -88,6 +93,15 @@ def prepare_workdir(
             target.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH)
     entries = protected_entries(repo, baseline, workdir / A_DIR, scripts, protected or [])
     write_harness(workdir, workdir / A_DIR, entries, scripts)
+    # Written last: a runner killed anywhere above leaves no mark, and a resume prepares again
+    # rather than measure half-checked-out trees or trees without their scripts or harness.
+    (workdir / PREPARED).parent.mkdir(exist_ok=True)
+    (workdir / PREPARED).write_text(f"{baseline} {candidate}\n", encoding="utf-8")
+
+
+def is_prepared(workdir: Path) -> bool:
+    """Whether `prepare_workdir` finished in this folder (both trees, scripts and harness)."""
+    return (workdir / PREPARED).is_file() and (workdir / A_DIR).is_dir() and (workdir / B_DIR).is_dir()
 
 
 def remove_workdir(repo: git.Repo, workdir: Path) -> None:

@@ -58,7 +58,8 @@ class Jobs(Outcomes):
         log_dir = self.log_dir(exp["id"])
         log_path = log_dir / f"batch-{batch}.log"
         job_dir = log_dir / "jobs" / f"batch-{batch}"
-        deadline = now() + timeouts.job_seconds(pairs, run_checks) + JOB_MARGIN_SECONDS
+        # Workers taking turns on one machine wait for each other's pairs: the deadline allows it.
+        deadline = now() + timeouts.job_seconds(pairs, run_checks) * self.fleet.sharing() + JOB_MARGIN_SECONDS
         with transaction(self.db):
             job_id = jobs.create(
                 self.db,

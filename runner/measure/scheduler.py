@@ -11,10 +11,9 @@ from kb.store import experiments, hypotheses, jobs, run_records
 from runner.fleet import Worker
 from runner.harness import patchpaths
 from runner.harness.prepare import (
-    A_DIR,
-    B_DIR,
     DoesNotApply,
     commit_candidate,
+    is_prepared,
     prepare_workdir,
 )
 from runner.measure.common import (
@@ -98,7 +97,7 @@ class Scheduler(Steering):
             self._lose(exp, "its worker is gone")
             return True
         trees = self.exp_dir(exp["id"])
-        if not (trees / A_DIR).exists() or not (trees / B_DIR).exists():
+        if not is_prepared(trees):
             if last is not None and last.status != "lost":
                 # Built trees held between batches are gone: the pairs so far cannot go on.
                 self._lose(exp, "its trees are gone")

@@ -14,6 +14,7 @@ from kb import gitrepo
 from kb.db import one, rows
 from kb.workspace import Workspace
 from runner import commands
+from runner.harness.batch import pair_order
 from runner.harness.protocol import LogParser
 from runner.measure.run import Runner, RunOptions, start_run
 from tests.runner.runner_target import live_processes_under, make_workspace, must, queue
@@ -430,9 +431,9 @@ echo "METRIC throughput=$((100000 - 500 * n))"
 """
 
 
-def test_pairs_alternate_their_order_so_a_steady_drift_favours_neither_side(tmp_path: Path) -> None:
+def test_pairs_come_in_balanced_blocks_so_a_steady_drift_favours_neither_side(tmp_path: Path) -> None:
     # Always A then B, B would run 0.5% slower in every pair: an A/A "difference" of -0.5% with a
-    # tiny interval. In ABBA order the drift cancels and the self-test passes.
+    # tiny interval. In blocks of A B, B A (or B A, A B) the drift cancels and the self-test passes.
     bench = drifting_bench(tmp_path / "clock")
     ws, target = make_workspace(tmp_path, bench=bench, policy={"self_test_pairs": 8})
     queue(ws, target, ["slowdown"])
@@ -442,7 +443,12 @@ def test_pairs_alternate_their_order_so_a_steady_drift_favours_neither_side(tmp_
     job = must(one(ws.db(), "SELECT * FROM jobs WHERE run_id = ? ORDER BY id LIMIT 1", [result.run_id]))
     log = Path(job["log_path"]).read_text().splitlines()
     order = [line.split()[-2:] for line in log if " BEGIN " in line]
-    assert order == [[str(p), side] for p in range(8) for side in (("A", "B") if p % 2 == 0 else ("B", "A"))]
+    # Blocks of two pairs, one A B and one B A each; which comes first is the batch's draw.
+    sides = [side for _, side in order]
+    assert [p for p, _ in order] == [str(p) for p in range(8) for _ in (0, 1)]
+    blocks = ["".join(sides[k : k + 4]) for k in range(0, 16, 4)]
+    assert set(blocks) <= {"ABBA", "BAAB"}, blocks
+    assert " ".join("".join(sides[k : k + 2]) for k in range(0, 16, 2)) == pair_order(job["nonce"], 8)
 
 
 def test_failing_checks_on_the_baseline_end_the_run_at_once(tmp_path: Path) -> None:

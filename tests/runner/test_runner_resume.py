@@ -22,6 +22,8 @@ from kb.db import one, rows
 from kb.workspace import Workspace
 from runner import commands
 from runner.fleet.local import session_members
+from runner.harness.prepare import A_DIR, B_DIR
+from runner.harness.sandbox import HARNESS_DIR
 from tests.runner.runner_target import make_workspace, must, queue
 from tests.runner.test_runner_loop import assert_clean, assert_logs_match_samples, wait_for
 
@@ -205,3 +207,36 @@ def test_sigterm_stops_jobs_and_leaves_the_run_resumable(tmp_path: Path) -> None
     exp = exps[patches["slowdown"]]
     jobs = rows(db, "SELECT status FROM jobs WHERE experiment_id = ? ORDER BY batch", [exp["id"]])
     assert jobs[0]["status"] == "lost" and exp["status"] == "discarded"
+
+
+def test_kill_while_the_trees_are_prepared_then_resume(tmp_path: Path) -> None:
+    """Killed after both worktrees exist but before their scripts and harness are in place: the
+    resume prepares the folder again rather than measure it half-made (found by a CI run)."""
+    ws, target = make_workspace(tmp_path)
+    patches = queue(ws, target, ["speedup"])
+    git_dir = subprocess.run(
+        ["git", "-C", str(ws.mirror_path), "rev-parse", "--absolute-git-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    hook = Path(git_dir) / "hooks" / "post-checkout"
+    hook.parent.mkdir(exist_ok=True)
+    # git runs the hook in the new worktree: the candidate's checkout lingers there.
+    sleeper = tmp_path / "hook.pid"
+    hook.write_text(f'#!/bin/sh\ncase "$PWD" in */{B_DIR}) echo $$ > {sleeper}; exec sleep 60;; esac\n')
+    hook.chmod(0o755)
+    log = tmp_path / "runner.log"
+    proc = cli(ws, "--skip-self-test", "--no-final", log=log)
+    candidate = wait_for(
+        lambda: next(iter(ws.worktrees_dir.glob(f"run*/exp*/{B_DIR}/Makefile")), None),
+        what="the candidate's checkout",
+    )
+    kill9(proc)
+    hook.unlink()
+    os.kill(int(wait_for(lambda: sleeper.read_text().strip(), what="the hook's pid")), signal.SIGKILL)
+    trees = candidate.parent.parent
+    assert (trees / A_DIR).is_dir() and not (trees / HARNESS_DIR).exists()
+    resume(ws, log)
+    found = assert_invariants(ws, patches, log)
+    assert found[patches["speedup"]]["status"] != "crashed", log.read_text()[-3000:]

@@ -103,10 +103,10 @@ class QualifyMixin(TeardownMixin):
         return 2 * (build + 5) + self.conf.qualify_pairs * 2 * (bench + 5) + QUALIFY_MARGIN_SECONDS
 
     def _qualify_tree(self) -> Path:
-        from runner.harness.prepare import A_DIR, B_DIR, prepare_workdir, resolve_scripts
+        from runner.harness.prepare import is_prepared, prepare_workdir, resolve_scripts
 
         tree = self.qualify_dir
-        if (tree / A_DIR).is_dir() and (tree / B_DIR).is_dir():
+        if is_prepared(tree):  # a runner killed while preparing it left no mark: prepare again
             return tree
         run = run_records.row(self.db, self.run_id)
         if run is None or not run["baseline_commit"]:

@@ -21,6 +21,7 @@ from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.fleet.local import WRAPPER, kill_session
 from runner.harness import metric_filter
+from runner.harness.batch import pair_order
 from runner.harness.prepare import A_DIR, prepare_workdir, remove_workdir, resolve_scripts, template_path
 from runner.harness.protocol import MARKER_PREFIX, LogParser, LogState
 from runner.harness.scaffold import has_no_checks, read_bench_script
@@ -229,6 +230,7 @@ def measure(
                     "BATCH": batch,
                     "PAIR_START": 0,
                     "PAIRS": count,
+                    "PAIR_ORDER": pair_order(nonce, count),
                     "RUN_CHECKS": int(checks),
                     "AUTORESEARCH_NONCE": nonce,
                 },
