@@ -63,15 +63,21 @@ def batch_envs(
     scripts: Scripts,
     timeouts: Timeouts,
     *,
-    experiment_id: int,
+    experiment_id: int | str,
     title: str,
     batch: int,
     pair_start: int,
     pairs: int,
     run_checks: bool,
     nonce: str,
+    one_tree: bool = False,
+    sandboxed: bool = True,
 ) -> dict[str, Any]:
-    """The batch's variables; target.env first, so the protocol's own always win."""
+    """The batch's variables; target.env first, so the protocol's own always win.
+
+    `one_tree`: both sides measure the baseline's tree (`autoresearch validate`: one build, the
+    baseline against itself). `sandboxed=False` leaves the sandbox's variables out, for a job that
+    runs no candidate (validate measures the user's own baseline and scripts)."""
     return {
         **settings.target.env,
         "EXPERIMENT_ID": experiment_id,
@@ -83,12 +89,12 @@ def batch_envs(
         "BENCH_SCRIPT": scripts.bench.path,
         "CHECKS_SCRIPT": scripts.checks.path,
         "A_DIR": A_DIR,
-        "B_DIR": B_DIR,
+        "B_DIR": A_DIR if one_tree else B_DIR,
         "BATCH": batch,
         "PAIR_START": pair_start,
         "PAIRS": pairs,
         "PAIR_ORDER": pair_order(nonce, pairs),
         "RUN_CHECKS": int(run_checks),
         "AUTORESEARCH_NONCE": nonce,
-        **sandbox_envs(ws),
+        **(sandbox_envs(ws) if sandboxed else {}),
     }

@@ -78,3 +78,25 @@ def test_shaped_refuses_drift_even_without_rows(db: sqlite_utils.Database, sql: 
     assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
     with pytest.raises(ShapeMismatch, match=words.replace("[", r"\[").replace("]", r"\]")):
         shaped(db, _Pair, sql)
+
+
+# The faces' frozen records that carry a whole table row (plus, for some, columns they join): the
+# same names and types as the row type, so the two shapes of one row cannot drift apart.
+def _records() -> list[tuple[type, str, set[str]]]:
+    from kb.store import decisions, experiments, llm_calls, workers
+
+    return [
+        (experiments.Experiment, "ExperimentRow", set()),
+        (decisions.Decision, "DecisionRow", set()),
+        (llm_calls.LlmCall, "LLMCallRow", set()),
+        (workers.Worker, "WorkerRow", {"run_name", "run_status", "run_heartbeat"}),
+    ]
+
+
+@pytest.mark.parametrize(("record", "row", "joined"), _records(), ids=lambda v: getattr(v, "__name__", ""))
+def test_records_carry_their_row(record: type, row: str, joined: set[str]) -> None:
+    fields = get_type_hints(record)
+    hints = get_type_hints(getattr(tables, row))
+    assert set(fields) - joined == set(hints), f"{record.__name__} vs {row}"
+    for name, hint in hints.items():
+        assert fields[name] == hint, f"{record.__name__}.{name}: {fields[name]} vs {row}: {hint}"

@@ -21,8 +21,8 @@ from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.fleet.local import WRAPPER, kill_session
 from runner.harness import metric_filter
-from runner.harness.batch import pair_order
-from runner.harness.prepare import A_DIR, prepare_workdir, remove_workdir, resolve_scripts, template_path
+from runner.harness.batch import Timeouts, batch_envs
+from runner.harness.prepare import prepare_workdir, remove_workdir, resolve_scripts, template_path
 from runner.harness.protocol import MARKER_PREFIX, LogParser, LogState
 from runner.harness.scaffold import has_no_checks, read_bench_script
 from runner.harness.template import RenderedTask, load_template, render
@@ -215,25 +215,21 @@ def measure(
                 template,
                 name=f"ar-validate-b{batch}",
                 workdir=workdir,
-                envs={
-                    **settings.target.env,
-                    "EXPERIMENT_ID": EXPERIMENT_ID,
-                    "EXPERIMENT_DESC": "validate: the baseline",
-                    "BUILD_CMD": settings.target.build_cmd,
-                    "BUILD_TIMEOUT": t.build,
-                    "BENCH_TIMEOUT": t.bench,
-                    "CHECK_TIMEOUT": t.check,
-                    "BENCH_SCRIPT": scripts.bench.path,
-                    "CHECKS_SCRIPT": scripts.checks.path,
-                    "A_DIR": A_DIR,
-                    "B_DIR": A_DIR,
-                    "BATCH": batch,
-                    "PAIR_START": 0,
-                    "PAIRS": count,
-                    "PAIR_ORDER": pair_order(nonce, count),
-                    "RUN_CHECKS": int(checks),
-                    "AUTORESEARCH_NONCE": nonce,
-                },
+                envs=batch_envs(
+                    ws,
+                    settings,
+                    scripts,
+                    Timeouts.of(settings, {}),
+                    experiment_id=EXPERIMENT_ID,
+                    title="validate: the baseline",
+                    batch=batch,
+                    pair_start=0,
+                    pairs=count,
+                    run_checks=checks,
+                    nonce=nonce,
+                    one_tree=True,
+                    sandboxed=False,
+                ),
             )
 
         nonce = secrets.token_hex(8)
