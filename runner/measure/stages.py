@@ -10,6 +10,7 @@ from kb import gitrepo
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, run_records, waves
+from kb.store.tables import ExperimentRow
 from kb.vocabulary import SELF_TEST_STATUSES
 from runner.harness import patchpaths
 from runner.measure.common import (
@@ -139,7 +140,7 @@ class Stages(Researching):
             if self._budget_reason:
                 return  # spent while it ran: the run ends, it did not fail
 
-    def _self_test_result(self, exp: dict[str, Any]) -> dict[str, Any]:
+    def _self_test_result(self, exp: ExperimentRow) -> dict[str, Any]:
         meta = json.loads(exp["meta"] or "{}")
         result = meta.get("self_test")
         if isinstance(result, dict):
@@ -209,7 +210,7 @@ class Stages(Researching):
             return
         self._say(f"wave {wave['number']} reflection stored as evidence {note}")
 
-    def _commit_winner(self, exp: dict[str, Any]) -> None:
+    def _commit_winner(self, exp: ExperimentRow) -> None:
         from runner.record.winners import commit_winner
 
         try:
