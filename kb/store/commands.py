@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from kb.store.paging import one, rows
+from kb.store.paging import one, shaped
+from kb.store.tables import CommandRow
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 
-def pending(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-    return rows(db, "SELECT * FROM commands WHERE status = 'pending' ORDER BY id")
+def pending(db: sqlite_utils.Database) -> list[CommandRow]:
+    return shaped(db, CommandRow, "SELECT * FROM commands WHERE status = 'pending' ORDER BY id")
 
 
 def claim(db: sqlite_utils.Database, command_id: int, at: float) -> bool:

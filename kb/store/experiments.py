@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.errors import UserError
-from kb.store.paging import loads, one, rows
+from kb.store.paging import loads, one, rows, shaped, shaped_one
+from kb.store.tables import ExperimentRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -176,10 +177,9 @@ def merge_meta(db: sqlite_utils.Database, experiment_id: int, values: dict[str, 
     update(db, experiment_id, {"meta": meta})
 
 
-def row(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
-    """Every column of an experiment as stored: the loop's stages pass this row from step to step
-    (and read what the migrations added), so it stays a mapping."""
-    return one(db, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
+def row(db: sqlite_utils.Database, experiment_id: int) -> ExperimentRow | None:
+    """Every column of an experiment as stored: the loop's stages pass this row from step to step."""
+    return shaped_one(db, ExperimentRow, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
 
 
 def of_run(db: sqlite_utils.Database, run_id: int) -> list[Experiment]:
@@ -210,19 +210,23 @@ def ids_of_wave(db: sqlite_utils.Database, wave_id: int, kind: str, statuses: Se
     return [int(r["id"]) for r in found]
 
 
-def of_run_kinds(db: sqlite_utils.Database, run_id: int, kinds: Sequence[str]) -> list[dict[str, Any]]:
+def of_run_kinds(db: sqlite_utils.Database, run_id: int, kinds: Sequence[str]) -> list[ExperimentRow]:
     """Every column of the run's experiments of these kinds, in id order."""
     marks = ", ".join("?" for _ in kinds)
-    return rows(
-        db, f"SELECT * FROM experiments WHERE run_id = ? AND kind IN ({marks}) ORDER BY id", [run_id, *kinds]
+    return shaped(
+        db,
+        ExperimentRow,
+        f"SELECT * FROM experiments WHERE run_id = ? AND kind IN ({marks}) ORDER BY id",
+        [run_id, *kinds],
     )
 
 
-def carried(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+def carried(db: sqlite_utils.Database, run_id: int) -> list[ExperimentRow]:
     """Candidates queued again outside any wave (a winner of the same wave took their lines): the
     next wave takes them first."""
-    return rows(
+    return shaped(
         db,
+        ExperimentRow,
         "SELECT * FROM experiments WHERE run_id = ? AND wave_id IS NULL AND status = 'queued' "
         "AND kind = 'candidate' ORDER BY id",
         [run_id],
@@ -243,10 +247,17 @@ def measured_count(db: sqlite_utils.Database, run_id: int) -> int:
     return int(found["n"]) if found else 0
 
 
-def kept_not_committed(db: sqlite_utils.Database, wave_id: int) -> list[dict[str, Any]]:
+class KeptExperiment(ExperimentRow):
+    """A kept candidate with its final decision's effect."""
+
+    effect: float | None
+
+
+def kept_not_committed(db: sqlite_utils.Database, wave_id: int) -> list[KeptExperiment]:
     """The wave's kept candidates without a winner row yet, largest effect first (commit order)."""
-    return rows(
+    return shaped(
         db,
+        KeptExperiment,
         "SELECT e.*, d.effect FROM experiments e JOIN decisions d ON d.experiment_id = e.id "
         "AND d.is_final = 1 AND d.origin = 'runner' "
         "WHERE e.wave_id = ? AND e.status = 'kept' AND e.kind = 'candidate' "
@@ -262,13 +273,14 @@ def ids_in_wave(db: sqlite_utils.Database, wave_id: int) -> list[int]:
     ]
 
 
-def live_among(db: sqlite_utils.Database, ids: Sequence[int]) -> list[dict[str, Any]]:
+def live_among(db: sqlite_utils.Database, ids: Sequence[int]) -> list[ExperimentRow]:
     """Those of these experiments still queued or running, in id order."""
     if not ids:
         return []
     marks = ", ".join("?" for _ in ids)
-    return rows(
+    return shaped(
         db,
+        ExperimentRow,
         f"SELECT * FROM experiments WHERE id IN ({marks}) AND status IN ('queued', 'running') ORDER BY id",
         list(ids),
     )

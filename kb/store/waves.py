@@ -3,9 +3,10 @@ importer write them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Required, TypedDict
+from typing import TYPE_CHECKING, Required, TypedDict
 
-from kb.store.paging import one, rows
+from kb.store.paging import one, rows, shaped_one
+from kb.store.tables import WaveRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -42,14 +43,14 @@ def update(db: sqlite_utils.Database, wave_id: int, values: WaveUpdate) -> None:
     update_row(db, "waves", wave_id, values)
 
 
-def get(db: sqlite_utils.Database, wave_id: int) -> dict[str, Any] | None:
+def get(db: sqlite_utils.Database, wave_id: int) -> WaveRow | None:
     """Every column of a wave (the loop's stages pass the row on)."""
-    return one(db, "SELECT * FROM waves WHERE id = ?", [wave_id])
+    return shaped_one(db, WaveRow, "SELECT * FROM waves WHERE id = ?", [wave_id])
 
 
-def running(db: sqlite_utils.Database, run_id: int) -> dict[str, Any] | None:
+def running(db: sqlite_utils.Database, run_id: int) -> WaveRow | None:
     """The run's wave being measured, if any (a resumed run carries on with it)."""
-    return one(db, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [run_id])
+    return shaped_one(db, WaveRow, "SELECT * FROM waves WHERE run_id = ? AND status = 'running'", [run_id])
 
 
 def any_of(db: sqlite_utils.Database, run_id: int) -> bool:

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
-from kb.store.paging import one, rows
+from kb.store.paging import one, rows, shaped, shaped_one
+from kb.store.tables import WorkerRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -122,7 +123,32 @@ def create(db: sqlite_utils.Database, worker: NewWorker) -> int:
 
 
 # --- the fleet backends' own bookkeeping (runner/fleet) ----------------------------------------
-# Whole rows stay mappings: runner.fleet turns each into its Worker and reads the JSON meta itself.
+# Whole rows are WorkerRow: runner.fleet turns each into its Worker and reads the JSON meta itself.
+
+
+class WorkerStatus(TypedDict):
+    """A worker's status and its meta (JSON text)."""
+
+    status: str
+    meta: str | None
+
+
+class WorkerCost(TypedDict):
+    """What a worker's cost is reckoned from."""
+
+    id: int
+    status: str
+    meta: str | None
+    price_per_hour: float | None
+    cost_usd: float
+    ended_at: float | None
+
+
+class Orphan(TypedDict):
+    """A worker no live run drives, and the run it belongs to if any."""
+
+    id: int
+    run_id: int | None
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -136,32 +162,39 @@ def update(db: sqlite_utils.Database, worker_id: int, values: Mapping[str, Any])
     update_row(db, "workers", worker_id, values)
 
 
-def row(db: sqlite_utils.Database, worker_id: int) -> dict[str, Any] | None:
+def row(db: sqlite_utils.Database, worker_id: int) -> WorkerRow | None:
     """Every column of a worker as stored."""
-    return one(db, "SELECT * FROM workers WHERE id = ?", [worker_id])
+    return shaped_one(db, WorkerRow, "SELECT * FROM workers WHERE id = ?", [worker_id])
 
 
-def rows_of(db: sqlite_utils.Database, worker_ids: Sequence[int]) -> list[dict[str, Any]]:
+def rows_of(db: sqlite_utils.Database, worker_ids: Sequence[int]) -> list[WorkerRow]:
     """Every column of these workers, by id."""
     if not worker_ids:
         return []
-    return rows(db, f"SELECT * FROM workers WHERE id IN ({_marks(worker_ids)}) ORDER BY id", list(worker_ids))
-
-
-def up_of_run(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
-    """The run's workers of this backend that are not down, lost or failed, by id."""
-    return rows(
+    return shaped(
         db,
+        WorkerRow,
+        f"SELECT * FROM workers WHERE id IN ({_marks(worker_ids)}) ORDER BY id",
+        list(worker_ids),
+    )
+
+
+def up_of_run(db: sqlite_utils.Database, run_id: int, backend: str) -> list[WorkerRow]:
+    """The run's workers of this backend that are not down, lost or failed, by id."""
+    return shaped(
+        db,
+        WorkerRow,
         "SELECT * FROM workers WHERE run_id = ? AND backend = ? "
         "AND status NOT IN ('down', 'lost', 'failed') ORDER BY id",
         [run_id, backend],
     )
 
 
-def newest_first(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
+def newest_first(db: sqlite_utils.Database, run_id: int, backend: str) -> list[WorkerStatus]:
     """status and meta of the run's workers of this backend, newest first."""
-    return rows(
+    return shaped(
         db,
+        WorkerStatus,
         "SELECT status, meta FROM workers WHERE run_id = ? AND backend = ? ORDER BY id DESC",
         [run_id, backend],
     )
@@ -173,10 +206,11 @@ def cost_of_run(db: sqlite_utils.Database, run_id: int) -> float:
     return float(found["c"]) if found else 0.0
 
 
-def cost_rows(db: sqlite_utils.Database, run_id: int, backend: str) -> list[dict[str, Any]]:
+def cost_rows(db: sqlite_utils.Database, run_id: int, backend: str) -> list[WorkerCost]:
     """id, status, meta, price_per_hour, cost_usd and ended_at of the run's workers of this backend."""
-    return rows(
+    return shaped(
         db,
+        WorkerCost,
         "SELECT id, status, meta, price_per_hour, cost_usd, ended_at FROM workers WHERE run_id = ? "
         "AND backend = ?",
         [run_id, backend],
@@ -204,10 +238,11 @@ def last_launched_at(db: sqlite_utils.Database, run_id: int, backend: str) -> An
     return found["t"] if found else None
 
 
-def pending_teardowns(db: sqlite_utils.Database, backend: str) -> list[dict[str, Any]]:
+def pending_teardowns(db: sqlite_utils.Database, backend: str) -> list[WorkerRow]:
     """Every worker of this backend whose teardown was asked for and not yet confirmed, by id."""
-    return rows(
+    return shaped(
         db,
+        WorkerRow,
         "SELECT * FROM workers WHERE backend = ? AND json_extract(meta, '$.teardown') = 'pending' "
         "ORDER BY id",
         [backend],
@@ -221,12 +256,13 @@ def orphans(
     run_id: int,
     run_live: Sequence[str],
     stale_before: float,
-) -> list[dict[str, Any]]:
+) -> list[Orphan]:
     """id and run_id of the workers of this backend in a `live` status that belong to no run, or to
     another run than `run_id` that is not in a `run_live` status or whose heartbeat is older than
     `stale_before` (nobody drives it)."""
-    return rows(
+    return shaped(
         db,
+        Orphan,
         "SELECT w.id, w.run_id FROM workers w LEFT JOIN runs r ON r.id = w.run_id "
         f"WHERE w.backend = ? AND w.status IN ({_marks(live)}) "
         "AND (w.run_id IS NULL OR w.run_id != ?) AND (r.id IS NULL "

@@ -52,6 +52,7 @@ import sqlite_utils
 
 from kb.db import now
 from kb.store import workers as store
+from kb.store.tables import WorkerRow
 from kb.workspace import Workspace
 from runner.harness.template import RenderedTask
 
@@ -211,5 +212,5 @@ def _meta(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _worker(row: dict[str, Any]) -> Worker:
+def _worker(row: WorkerRow) -> Worker:
     return Worker(row["id"], row["name"], row["backend"], row["status"], _meta(row["meta"]))

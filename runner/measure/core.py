@@ -12,6 +12,7 @@ from kb import gitrepo
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
+from kb.store.tables import ExperimentRow
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -96,7 +97,7 @@ class RunnerCore:
             raise UserError(f"run {self.run_id}: no such run")
         return run
 
-    def _exp(self, exp_id: int) -> dict[str, Any]:
+    def _exp(self, exp_id: int) -> ExperimentRow:
         exp = experiments.row(self.db, exp_id)
         assert exp is not None
         return exp
@@ -160,21 +161,23 @@ class RunnerCore:
             experiments.update(self.db, exp_id, {"log_dir": str(self.log_dir(exp_id))})
         return exp_id
 
-    def _requeue(self, exp: dict[str, Any], *, wave_id: int | None) -> int | None:
+    def _requeue(self, exp: ExperimentRow, *, wave_id: int | None) -> int | None:
         depth, cursor = 0, exp
-        while cursor.get("retry_of"):
+        while retry_of := cursor["retry_of"]:
             depth += 1
-            prev = experiments.row(self.db, cursor["retry_of"])
+            prev = experiments.row(self.db, retry_of)
             if prev is None:
                 break
             cursor = prev
         if depth >= MAX_RETRIES:
             return None
         patch = hypotheses.patch_row(self.db, exp["patch_id"]) if exp["patch_id"] else None
+        baseline = exp["baseline_commit"] if wave_id is not None else self.head()
+        assert baseline is not None  # the runner creates every experiment with its baseline
         return self._create_experiment(
             kind=exp["kind"],
             title=exp["title"],
-            baseline=exp["baseline_commit"] if wave_id is not None else self.head(),
+            baseline=baseline,
             candidate=exp["candidate_commit"] if exp["kind"] != "candidate" else None,
             patch=patch,
             wave_id=wave_id,
@@ -232,7 +235,7 @@ class RunnerCore:
         active.stopped = why
         self.fleet.cancel(active.ref)
 
-    def _lose(self, exp: dict[str, Any], why: str) -> None:
+    def _lose(self, exp: ExperimentRow, why: str) -> None:
         self._finish_experiment(exp["id"], "lost", None, detail=why)
         retry = self._requeue(self._exp(exp["id"]), wave_id=exp["wave_id"])
         if retry is not None:

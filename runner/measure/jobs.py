@@ -9,6 +9,7 @@ from typing import Any
 
 from kb.db import now, transaction
 from kb.store import events, experiments, jobs, samples
+from kb.store.tables import ExperimentRow
 from runner.fleet import JobRef, JobSpec, JobStatus, Worker
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.prepare import (
@@ -34,7 +35,7 @@ class Jobs(Outcomes):
     def _complete_pairs(self, exp_id: int) -> int:
         return len(self._pairs(exp_id, self.metric))
 
-    def _next_batch(self, exp: dict[str, Any]) -> tuple[int, int, int, bool]:
+    def _next_batch(self, exp: ExperimentRow) -> tuple[int, int, int, bool]:
         """(batch number, first pair, pairs, run checks) for the experiment's next job."""
         done = jobs.of_experiment(self.db, exp["id"])
         batch = (done[-1].batch + 1) if done else 0
@@ -50,7 +51,7 @@ class Jobs(Outcomes):
         # on the stacked winners at the end).
         return batch, pair_start, max(target - have, 1), not checks_done
 
-    def _submit(self, exp: dict[str, Any], worker: Worker) -> None:
+    def _submit(self, exp: ExperimentRow, worker: Worker) -> None:
         assert self.fleet is not None
         batch, pair_start, pairs, run_checks = self._next_batch(exp)
         timeouts = Timeouts.of(self.settings, asdict(self.options))
@@ -147,7 +148,7 @@ class Jobs(Outcomes):
         self._job_ended(active, status, family)
         return True
 
-    def _why_stop(self, active: ActiveJob, exp: dict[str, Any], found: list[Invocation]) -> str | None:
+    def _why_stop(self, active: ActiveJob, exp: ExperimentRow, found: list[Invocation]) -> str | None:
         """Whether the runner must stop a job that is still going, and why."""
         if exp["status"] in FINAL:
             return "cancel"
@@ -308,7 +309,7 @@ class Jobs(Outcomes):
                 f"see {active.ref.log_path}"
             )
 
-    def _isolation(self, active: ActiveJob, exp: dict[str, Any]) -> dict[str, Any]:
+    def _isolation(self, active: ActiveJob, exp: ExperimentRow) -> dict[str, Any]:
         """What the experiment ran under: the weakest isolation any of its jobs reported."""
         state = active.parser.state
         if state.isolation is None and state.phase is None:

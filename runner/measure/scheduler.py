@@ -8,6 +8,7 @@ from typing import Any
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import experiments, hypotheses, jobs, run_records
+from kb.store.tables import ExperimentRow
 from runner.fleet import Worker
 from runner.harness import patchpaths
 from runner.harness.prepare import (
@@ -57,7 +58,7 @@ class Scheduler(Steering):
                 return worker
         return None
 
-    def _advance(self, exp: dict[str, Any], family: int | None) -> bool:
+    def _advance(self, exp: ExperimentRow, family: int | None) -> bool:
         """Move an experiment with no live job one step on; True when something happened."""
         if exp["status"] == "queued":
             if self.stopping:
@@ -107,14 +108,14 @@ class Scheduler(Steering):
         self._submit(self._exp(exp["id"]), worker)
         return True
 
-    def _worker_of(self, exp: dict[str, Any]) -> Worker | None:
+    def _worker_of(self, exp: ExperimentRow) -> Worker | None:
         assert self.fleet is not None
         for worker in self.fleet.workers():
             if worker.id == exp["worker_id"]:
                 return worker
         return None
 
-    def _rebase(self, exp: dict[str, Any], patch: dict[str, Any], baseline: str, error: str) -> str | None:
+    def _rebase(self, exp: ExperimentRow, patch: dict[str, Any], baseline: str, error: str) -> str | None:
         """A patch that does not apply onto this baseline. When it applies onto the tree it was
         written for (its base_commit, else the run's original baseline) and a winner moved the
         baseline since, a three-way merge rebases it (the candidate, measured as usual); a real
@@ -171,10 +172,11 @@ class Scheduler(Steering):
                 return f"winner exp {found['experiment_id']} ({sha[:12]}: {found['title'][:60]})"
         return f"commit {shas[0][:12]}" if shas else None
 
-    def _prepare(self, exp: dict[str, Any], worker: Worker) -> bool:
+    def _prepare(self, exp: ExperimentRow, worker: Worker) -> bool:
         """Refusal, candidate commit and trees; False when the experiment ended right here."""
         exp_id = exp["id"]
         baseline = exp["baseline_commit"]
+        assert baseline is not None  # the runner creates every experiment with its baseline
         candidate = exp["candidate_commit"]
         patch = hypotheses.patch_row(self.db, exp["patch_id"]) if exp["patch_id"] else None
         if patch is not None:

@@ -10,6 +10,7 @@ from kb import gitrepo
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, run_records, waves
+from kb.store.tables import ExperimentRow, WaveRow
 from kb.vocabulary import SELF_TEST_STATUSES
 from runner.harness import patchpaths
 from runner.measure.common import (
@@ -139,14 +140,14 @@ class Stages(Researching):
             if self._budget_reason:
                 return  # spent while it ran: the run ends, it did not fail
 
-    def _self_test_result(self, exp: dict[str, Any]) -> dict[str, Any]:
+    def _self_test_result(self, exp: ExperimentRow) -> dict[str, Any]:
         meta = json.loads(exp["meta"] or "{}")
         result = meta.get("self_test")
         if isinstance(result, dict):
             return result
         return {"passed": False, "reason": f"{exp['status']}: {exp['reason'] or 'no result'}"}
 
-    def _new_wave(self) -> dict[str, Any] | None:
+    def _new_wave(self) -> WaveRow | None:
         size = self.wave_size
         cap = self.budget.get("max_experiments")
         if cap is not None:
@@ -185,7 +186,7 @@ class Stages(Researching):
         self._say(f"wave {number}: {len(carried) + len(patches)} experiments against {head[:12]}")
         return wave
 
-    def _wave(self, wave: dict[str, Any]) -> None:
+    def _wave(self, wave: WaveRow) -> None:
         self._drive(experiments.ids_in_wave(self.db, wave["id"]), family=wave["id"])
         for exp in experiments.kept_not_committed(self.db, wave["id"]):
             self._commit_winner(exp)
@@ -194,7 +195,7 @@ class Stages(Researching):
         self._say(f"wave {wave['number']} done; baseline now {self.head()[:12]}")
         self._reflect(wave)
 
-    def _reflect(self, wave: dict[str, Any]) -> None:
+    def _reflect(self, wave: WaveRow) -> None:
         """The wave's post-mortem becomes a KB note for the next research phase (the model's when one
         is configured, else a plain summary). A failed reflection never stops the run."""
         if self.research is None:
@@ -209,7 +210,7 @@ class Stages(Researching):
             return
         self._say(f"wave {wave['number']} reflection stored as evidence {note}")
 
-    def _commit_winner(self, exp: dict[str, Any]) -> None:
+    def _commit_winner(self, exp: ExperimentRow) -> None:
         from runner.record.winners import commit_winner
 
         try:

@@ -99,7 +99,7 @@ class Steering(Jobs):
             if cmd["target_kind"] == "run" and target not in (None, self.run_id):
                 continue
             if cmd["target_kind"] == "experiment":
-                exp = experiments.row(self.db, target)
+                exp = experiments.row(self.db, target) if target is not None else None
                 if exp is not None and exp["run_id"] != self.run_id:
                     continue
             if not commands.claim(self.db, cmd["id"], now()):

@@ -22,15 +22,16 @@ from kb.store import hypotheses as hypothesis_store
 from kb.store import provenance as store
 from kb.store import run_records, waves
 from kb.store import winners as winner_store
+from kb.store.tables import ExperimentRow, WaveRow
 from runner.record.history import latest_decision_rows, parse_json
 from runner.record.sources import evidence_refs, evidence_rows, location, source_refs
 
 
 @dataclass(frozen=True)
 class Chain:
-    experiment: dict[str, Any]
+    experiment: ExperimentRow
     run: dict[str, Any]
-    wave: dict[str, Any] | None
+    wave: WaveRow | None
     patch: dict[str, Any] | None
     hypothesis: dict[str, Any] | None
     decision: dict[str, Any] | None

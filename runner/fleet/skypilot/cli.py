@@ -11,6 +11,7 @@ import sqlite_utils
 
 from kb.db import now
 from kb.store import workers as store
+from kb.store.tables import WorkerRow
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.state import LIVE
@@ -26,7 +27,7 @@ def run_is_live(run: dict[str, Any] | None) -> bool:
 
 def down_workers(
     db: sqlite_utils.Database, worker_ids: Sequence[int], *, wait: float = DOWN_WAIT_SECONDS
-) -> list[dict[str, Any]]:
+) -> list[WorkerRow]:
     """Down these recorded clusters (and retry failed teardowns), waiting for SkyPilot; the rows after."""
     sdk.sky_module()  # SkyPilot missing is the command's error, not a failed teardown of each cluster
     requests: dict[int, str] = {}

@@ -9,12 +9,13 @@ from typing import Any
 from kb.db import now
 from kb.store import experiments, run_records
 from kb.store import workers as store
+from kb.store.workers import WorkerCost
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
 from runner.fleet.skypilot.state import LIVE, SkyPilotState
 
 
-def worker_cost(row: dict[str, Any], meta: dict[str, Any]) -> float | None:
+def worker_cost(row: WorkerCost, meta: dict[str, Any]) -> float | None:
     """The price per hour times the hours from launch to teardown (or now); None when unknown."""
     price, start = row["price_per_hour"], meta.get("launched_at")
     if price is None or start is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from kb.db import log_event, now
 from kb.store import workers
+from kb.store.tables import WorkerRow
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 from runner.fleet.base import Worker, _meta
 from runner.fleet.skypilot import sdk
@@ -61,7 +62,7 @@ class TeardownMixin(SkyPilotState):
             return
         self._update_worker(worker_id, **changes, teardown="pending", down_request=request)
 
-    def _pending_teardowns(self) -> list[dict[str, Any]]:
+    def _pending_teardowns(self) -> list[WorkerRow]:
         return workers.pending_teardowns(self.db, self.backend)
 
     def _check_teardowns(self) -> None:
