@@ -1,6 +1,6 @@
 """What a batch job is given: its timeouts and the environment the template passes to the run
-script (`ar-run.sh`). One definition for the runner's batches and a SkyPilot worker's qualification
-job (the baseline against itself), so both run the protocol alike."""
+script (`ar-run.sh`). One definition for the runner's batches, a SkyPilot worker's qualification
+job and `autoresearch validate` (both the baseline against itself), so all run the protocol alike."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def pair_order(nonce: str, pairs: int) -> str:
 
     Pairs go in blocks of two, one AB and one BA each, so a machine that drifts steadily during a
     block favours neither side (what a fixed ABBA order by pair number gives). Which of the two
-    comes first is drawn per block from the batch's nonce, which no step sees: with a fixed order,
+    comes first is drawn per block from the batch's nonce, which no step is given: with a fixed order,
     two workers sharing a machine (local slots, pods on one node) run their A and B sides in step,
     and whatever one does to the machine lands on the same side of the other's every pair (a bias
     no number of pairs removes); drawn, it lands on either side alike (noise, which the interval
