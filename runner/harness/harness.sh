@@ -16,6 +16,9 @@
 #                            prints goes through ar_escape into the log (no line of it can pass for
 #                            a marker, and it never holds the log's descriptor); then both trees are
 #                            verified, and any change to a protected path ends the job (TAMPERED).
+#                            Without isolation both trees are verified before the step too (a
+#                            candidate's leftover process may have changed them in between:
+#                            TAMPERED after-<the previous step>).
 #
 # It uses the run script's `mark` and `finish`, and its envs: A_DIR, B_DIR, BATCH,
 # AUTORESEARCH_SANDBOX (auto|off|required), AUTORESEARCH_SANDBOX_METHOD (auto|uid|userns),
@@ -35,6 +38,7 @@ AR_SHARED=()
 AR_WALK=()
 AR_CHANGED=
 AR_SCRUB=()
+AR_LAST=
 
 ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; fi; }
 
@@ -329,6 +333,9 @@ ar_step() { # ar_step NAME SIDE CMD...: the step's exit code (the job ends if it
   local -a envs=()
   shift 2
   if [ "$AR_MODE" = none ]; then
+    # Without isolation a candidate's process can outlive its step: what changed since the last
+    # step ended is its doing (the harness ran nothing), so look before this step can hide it.
+    [ -z "$AR_LAST" ] || ar_check "after-$AR_LAST" "" || finish failed tampered
     (cd "$(ar_tree "$side")" && env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   else
@@ -341,5 +348,6 @@ ar_step() { # ar_step NAME SIDE CMD...: the step's exit code (the job ends if it
     rc=${PIPESTATUS[0]}
   fi
   ar_check "$name" "$side" || finish failed tampered
+  AR_LAST=$name
   return "$rc"
 }

@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 from runner.fleet import JobStatus
-from runner.harness.protocol import Invocation
+from runner.harness.protocol import Invocation, LogState
 from runner.measure.common import (
     ActiveJob,
     Outcome,
 )
 from runner.measure.decide import Deciding
+
+
+def tampered_reason(step: str, side: str, path: str) -> str:
+    """The refusal's words for a TAMPERED marker: the path, the step, and the tree when it is not
+    the step's own. Without isolation the harness also looks before each step: `after-<step>` is
+    a change made between two steps, by a process the candidate left running."""
+    when, step = ("after", step[len("after-") :]) if step.startswith("after-") else ("during", step)
+    # build-B, bench-3-B and the checks are steps of B's tree; name the other tree's change.
+    own = "B" if step == "checks" else step.rsplit("-", 1)[-1]
+    where = "" if own == side else f" (in tree {side})"
+    return f"tampered: {path} changed {when} {step}{where}"
+
+
+def failed_step(state: LogState) -> str | None:
+    """Which step ended the job, and whose tree it ran in: a baseline step that fails inside a
+    candidate's job is worth a look (without isolation, the candidate's processes reach it)."""
+    failed = next((s for s in reversed(state.steps) if s.rc not in (None, 0)), None)
+    if failed is None:
+        return None
+    side = "B" if failed.name == "checks" else failed.name.rsplit("-", 1)[-1]
+    whose = {"A": "the baseline's", "B": "the candidate's"}.get(side, "")
+    said = f"{failed.name} exited {failed.rc}" + (f" ({whose} tree)" if whose else "")
+    if side == "A" and (state.isolation or "none") == "none":
+        said += "; without isolation the candidate's processes can reach that tree"
+    return said
 
 
 class Outcomes(Deciding):
@@ -21,11 +46,7 @@ class Outcomes(Deciding):
         if state.violation:
             return Outcome("refused", f"forged: {state.violation}", "the job's markers cannot be trusted")
         if state.tampered:
-            step, side, path = state.tampered
-            # build-B, bench-3-B and the checks are steps of B's tree; name the other tree's change.
-            own = "B" if step == "checks" else step.rsplit("-", 1)[-1]
-            where = "" if own == side else f" (in tree {side})"
-            return Outcome("refused", f"tampered: {path} changed during {step}{where}")
+            return Outcome("refused", tampered_reason(*state.tampered))
         if active.stopped == "timeout":
             return Outcome("crashed", "timeout", "the whole job ran past its deadline")
         if active.stopped == "no_metric" or self._missing_metric(active):
@@ -47,7 +68,7 @@ class Outcomes(Deciding):
                 return Outcome("refused", "tampered: a protected path differs from the baseline's")
             if reason not in ("build", "benchmark", "timeout"):
                 reason = "benchmark"
-            return Outcome("crashed", reason, f"exit {status.exit_code}")
+            return Outcome("crashed", reason, failed_step(active.parser.state) or f"exit {status.exit_code}")
         if state.status == "done" and status.state == "succeeded":
             return Outcome(None)
         if status.state == "lost":

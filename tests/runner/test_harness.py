@@ -48,7 +48,9 @@ def prepared(tmp_path: Path, **overrides: object) -> tuple[Workspace, Path]:
     return ws, workdir
 
 
-def run_steps(ws: Workspace, workdir: Path, step_a: str, step_b: str, **env: str) -> tuple[str, LogParser]:
+def run_steps(
+    ws: Workspace, workdir: Path, step_a: str, step_b: str, *, script: str = RUN, **env: str
+) -> tuple[str, LogParser]:
     envs = {
         **os.environ,
         **sandbox_envs(ws),
@@ -61,7 +63,7 @@ def run_steps(ws: Workspace, workdir: Path, step_a: str, step_b: str, **env: str
         **env,
     }
     out = subprocess.run(
-        ["bash", "-c", RUN], cwd=workdir, env=envs, capture_output=True, text=True, timeout=120
+        ["bash", "-c", script], cwd=workdir, env=envs, capture_output=True, text=True, timeout=120
     ).stdout
     parser = LogParser(NONCE)
     parser.feed(out.encode())
@@ -167,6 +169,26 @@ def test_without_a_sandbox_a_change_to_the_baseline_tree_is_caught(tmp_path: Pat
     ws, workdir = prepared(tmp_path, sandbox={"mode": "off"})
     out, parser = run_steps(ws, workdir, "true", "echo slow >> ../a/prog.c")
     assert parser.state.tampered == ("probe-B", "A", "prog.c"), out
+
+
+def test_without_a_sandbox_a_change_between_steps_is_caught_before_the_next(tmp_path: Path) -> None:
+    """A process the candidate's step left behind changes the baseline tree after the step ended:
+    the harness looks before the baseline's next step runs (which would otherwise take the change
+    for its own) and names the step it followed."""
+    ws, workdir = prepared(tmp_path, sandbox={"mode": "off"})
+    # B first, then a pause in which only the leftover runs, then A's step.
+    script = RUN.replace(
+        'ar_step probe-A A bash -c "$STEP_A" < /dev/null; echo "rc A $?"\n'
+        'ar_step probe-B B bash -c "$STEP_B" < /dev/null; echo "rc B $?"\n',
+        'ar_step probe-B B bash -c "$STEP_B" < /dev/null; echo "rc B $?"\n'
+        "sleep 1\n"
+        'ar_step probe-A A bash -c "$STEP_A" < /dev/null; echo "rc A $?"\n',
+    )
+    assert script != RUN
+    leftover = "setsid bash -c 'sleep 0.3; echo slow >> ../a/prog.c' < /dev/null > /dev/null 2>&1 &"
+    out, parser = run_steps(ws, workdir, "true", leftover, script=script)
+    assert parser.state.tampered == ("after-probe-B", "A", "prog.c"), out
+    assert "rc B 0" in out and "rc A" not in out  # A's step never ran
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root")

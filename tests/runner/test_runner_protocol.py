@@ -131,3 +131,60 @@ def test_log_parser_keeps_an_unfinished_invocation_open() -> None:
 def test_parser_needs_a_nonce() -> None:
     with pytest.raises(ValueError):
         LogParser("")
+
+
+def _log(*markers: str, nonce: str = "n0nce") -> LogParser:
+    parser = LogParser(nonce)
+    parser.feed("".join(f"@@AR {nonce} {i}.0 {m}\n" for i, m in enumerate(markers)).encode())
+    parser.finish()
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("isolation", "failing", "said"),
+    [
+        (
+            "none",
+            ("BEGIN 0 A", "END 0 A 1"),
+            "bench-0-A exited 1 (the baseline's tree); without isolation the candidate's processes"
+            " can reach that tree",
+        ),
+        ("uid+pid+mount", ("BEGIN 0 A", "END 0 A 2"), "bench-0-A exited 2 (the baseline's tree)"),
+        ("none", ("BEGIN 0 B", "END 0 B 139"), "bench-0-B exited 139 (the candidate's tree)"),
+        ("none", ("BUILD_BEGIN B", "BUILD_END B 2"), "build-B exited 2 (the candidate's tree)"),
+    ],
+)
+def test_a_failed_job_names_its_step_and_whose_tree(
+    isolation: str, failing: tuple[str, str], said: str
+) -> None:
+    from runner.measure.outcome import failed_step
+
+    parser = _log(
+        f"SANDBOX {isolation}", "BUILD_BEGIN A", "BUILD_END A 0", *failing, "STATUS failed benchmark"
+    )
+    assert failed_step(parser.state) == said
+
+
+def test_a_job_with_no_failed_step_names_none() -> None:
+    from runner.measure.outcome import failed_step
+
+    assert failed_step(_log("SANDBOX none", "BEGIN 0 A", "END 0 A 0", "STATUS done").state) is None
+
+
+@pytest.mark.parametrize(
+    ("marker", "said"),
+    [
+        (("build-B", "B", "autoresearch.sh"), "tampered: autoresearch.sh changed during build-B"),
+        (("build-B", "A", "prog"), "tampered: prog changed during build-B (in tree A)"),
+        (("checks", "A", "prog"), "tampered: prog changed during checks (in tree A)"),
+        (("bench-3-A", "A", "Makefile"), "tampered: Makefile changed during bench-3-A"),
+        (("after-bench-0-B", "A", "prog"), "tampered: prog changed after bench-0-B (in tree A)"),
+        (("after-checks", "B", "autoresearch.sh"), "tampered: autoresearch.sh changed after checks"),
+    ],
+)
+def test_a_tampered_marker_names_the_path_the_step_and_the_tree(
+    marker: tuple[str, str, str], said: str
+) -> None:
+    from runner.measure.outcome import tampered_reason
+
+    assert tampered_reason(*marker) == said
