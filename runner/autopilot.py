@@ -36,12 +36,13 @@ class LiteratureResearch:
 
 def start(ws: Workspace, options: RunOptions, progress: Progress | None = None) -> Runner:
     """A new run of the whole loop."""
-    research = LiteratureResearch(model=options.model, api_base=options.api_base)
-    return start_run(ws, options, progress, research=research)
+    return start_run(ws, options, progress, research=_research_for(options))
 
 
 def resume(ws: Workspace, run_id: int | None = None, progress: Progress | None = None) -> Runner:
     """An interrupted or paused run taken over, wired the same way (with the run's own --model)."""
-    runner = resume_run(ws, run_id, progress, research=LiteratureResearch())
-    runner.research = LiteratureResearch(model=runner.options.model, api_base=runner.options.api_base)
-    return runner
+    return resume_run(ws, run_id, progress, research=_research_for)
+
+
+def _research_for(options: RunOptions) -> LiteratureResearch:
+    return LiteratureResearch(model=options.model, api_base=options.api_base)

@@ -32,6 +32,7 @@ from runner.measure.common import (
     Research,
     RunOptions,
     RunSummary,
+    Stop,
     policy_of,
 )
 
@@ -89,7 +90,9 @@ class RunnerCore:
         self.active: dict[int, ActiveJob] = {}
         self.fleet: Fleet | None = None
         self._last_beat = 0.0
-        self._budget_reason: str | None = None
+        self._spent: Stop | None = None
+        """The budget found spent (budget_minutes, budget_usd, max_experiments; its words without
+        "budget: "): running batches finish, nothing new starts."""
 
     def _run(self) -> dict[str, Any]:
         run = run_records.row(self.db, self.run_id)

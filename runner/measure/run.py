@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -197,9 +198,10 @@ def resume_run(
     run_id: int | None = None,
     progress: Progress | None = None,
     *,
-    research: Research | None = None,
+    research: Callable[[RunOptions], Research] | None = None,
 ) -> Runner:
-    """Take over an interrupted run (or a paused one, which this resumes)."""
+    """Take over an interrupted run (or a paused one, which this resumes); `research` builds the
+    research stage from the run's own options (its --model and --api-base)."""
     lock = runlock.acquire(ws.root)
     try:
         run = _take_over(ws, run_id)
@@ -207,7 +209,8 @@ def resume_run(
         lock.release()
         raise
     lock.record(run.id, run.name)
-    runner = Runner(ws, run.id, progress=progress, lock=lock, research=research)
+    runner = Runner(ws, run.id, progress=progress, lock=lock)
+    runner.research = research(runner.options) if research is not None else None
     runner.resuming = True
     return runner
 

@@ -64,8 +64,8 @@ class Scheduler(Steering):
             if self.stopping:
                 self._finish_experiment(exp["id"], "cancelled", "stopped")
                 return True
-            if self._budget_reason:
-                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._budget_reason)
+            if self._spent:
+                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._spent.words)
                 return True
             if self.paused:
                 return False
@@ -83,9 +83,9 @@ class Scheduler(Steering):
         if self.stopping:
             self._finish_experiment(exp["id"], "cancelled", "stopped")
             return True
-        if self._budget_reason and last is not None:
+        if self._spent and last is not None:
             if exp["kind"] == "self_test":
-                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._budget_reason)
+                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._spent.words)
                 return True
             with transaction(self.db):
                 final = self._decide(exp["id"], family, force_final=True)

@@ -137,7 +137,7 @@ class Stages(Researching):
             )
             self._say(f"self-test: the baseline against itself, {self.settings.policy.self_test_pairs} pairs")
             self._drive([exp_id])
-            if self._budget_reason:
+            if self._spent:
                 return  # spent while it ran: the run ends, it did not fail
 
     def _self_test_result(self, exp: ExperimentRow) -> dict[str, Any]:

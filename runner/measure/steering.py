@@ -26,9 +26,6 @@ from runner.measure.jobs import Jobs
 class Steering(Jobs):
     """Housekeeping between polls."""
 
-    _budget_token: str | None = None
-    """The STOP_REASONS token of `_budget_reason` (budget_minutes, budget_usd, max_experiments)."""
-
     def _housekeeping(self) -> None:
         assert self.fleet is not None
         self.fleet.tick()  # background fleet work (SkyPilot: launches, qualification); rate-limited
@@ -40,11 +37,11 @@ class Steering(Jobs):
             cost = self.fleet.cost_usd()
             run_records.update(self.db, self.run_id, {"heartbeat_at": stamp, "cost_usd": cost})
         # The clock is checked on every poll, costs (database sums) with the heartbeat.
-        if self._budget_reason is None:
+        if self._spent is None:
             self._spend(self._budget_spent(costs=beat))
-            if self._budget_reason:
-                self._say(f"budget spent ({self._budget_reason}): finishing what runs, starting nothing")
-                self._event("budget_spent", f"budget spent: {self._budget_reason}", level="warning")
+            if self._spent:
+                self._say(f"budget spent ({self._spent.words}): finishing what runs, starting nothing")
+                self._event("budget_spent", f"budget spent: {self._spent.words}", level="warning")
         self._commands()
         if self.stopping:
             raise RunStopped
@@ -64,12 +61,11 @@ class Steering(Jobs):
     def _spend(self, stop: Stop | None) -> None:
         """Remember a spent budget: running batches finish, nothing new starts."""
         if stop is not None:
-            self._budget_reason, self._budget_token = stop.words, stop.reason
+            self._spent = stop
 
     def _budget_stop(self) -> Stop | None:
-        if self._budget_reason is None:
-            return None
-        return Stop(self._budget_token or "budget_minutes", f"budget: {self._budget_reason}")
+        """The run's end when a budget is spent (its words say which budget)."""
+        return None if self._spent is None else Stop(self._spent.reason, f"budget: {self._spent.words}")
 
     def _steering(self) -> dict[str, Any]:
         """runs.steering: {"focus": [...], "avoid": [...], "approval": bool | None}."""
@@ -161,8 +157,8 @@ class Steering(Jobs):
                 raise UserError("budget: args need a positive 'usd' and/or 'minutes'")
             self.budget = {**self.budget, **changed}
             run_records.update(self.db, self.run_id, {"budget": self.budget})
-            if self._budget_reason is not None and self._budget_spent() is None:
-                self._budget_reason = self._budget_token = None  # raised above what is spent: go on
+            if self._spent is not None and self._budget_spent() is None:
+                self._spent = None  # raised above what is spent: go on
             return "budget " + ", ".join(f"{k} {v:g}" for k, v in changed.items())
         if kind == "cancel":
             assert target is not None
