@@ -43,8 +43,23 @@ AR_LAST=
 ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; fi; }
 
 # A step's output as log lines: a line that starts like a marker is escaped (`@@AR!`), and every
-# line ends with a newline, so the harness's next marker always starts a line of its own.
-ar_escape() { LC_ALL=C awk '{ if (index($0, "@@AR") == 1) $0 = "@@AR!" substr($0, 5); print; fflush() }'; }
+# line ends with a newline, so the harness's next marker always starts a line of its own. What a
+# step prints is bounded: lines are folded at 64 KiB (the runner reads them the same way,
+# protocol.MAX_LINE_BYTES), and past AUTORESEARCH_STEP_OUTPUT_MAX bytes (64 MiB) the rest is read
+# and dropped, so a step that floods its output fills neither the log's disk nor the runner.
+AR_OUTPUT_MAX=${AUTORESEARCH_STEP_OUTPUT_MAX:-67108864}
+if command -v fold > /dev/null; then AR_FOLD=(fold -b -w 65536); else AR_FOLD=(cat); fi
+ar_escape() {
+  "${AR_FOLD[@]}" | LC_ALL=C awk -v max="$AR_OUTPUT_MAX" '{
+    n += length($0) + 1
+    if (n > max) {
+      if (!cut) { print "autoresearch: the step printed more than " max " bytes; the rest is not logged"; cut = 1; fflush() }
+      next
+    }
+    if (index($0, "@@AR") == 1) $0 = "@@AR!" substr($0, 5)
+    print; fflush()
+  }'
+}
 
 ar_list() { # ar_list "a:b:c" -> one entry per line (~/ expanded), empty entries dropped
   local IFS=: entry

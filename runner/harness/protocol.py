@@ -29,6 +29,12 @@ The kinds: PHASE, SANDBOX <isolation> [why], BUILD_BEGIN/BUILD_END, CHECKS_BEGIN
 BEGIN/END <pair> <side>, TAMPERED <step> <side> <path> (a protected path differs from the baseline's
 after that step) and STATUS <done|failed> [reason]. The time between a BEGIN and its END is the
 harness's own clock of that invocation (`harness.wall_s`, recorded by the runner).
+
+What a step prints is bounded, so that a candidate flooding its output cannot exhaust the runner:
+a line longer than MAX_LINE_BYTES is read as several lines (the harness folds them the same way
+before it escapes them), and one invocation gives at most MAX_SAMPLES samples, MAX_REJECTED
+rejected METRIC lines and MAX_PROFILE PROFILE lines; what is beyond is counted (`Invocation.dropped`),
+never read.
 """
 
 from __future__ import annotations
@@ -53,6 +59,14 @@ decision under this name; a METRIC line of this name is rejected."""
 ESCAPED_PREFIX = "@@AR!"
 """How the harness writes a line of a step's output that starts like a marker."""
 PHASES: tuple[str, ...] = ("setup", "build", "bench", "checks")
+MAX_LINE_BYTES = 65536
+"""The longest line read as one (harness.sh folds a step's output at the same width)."""
+MAX_SAMPLES = 1000
+"""Samples one benchmark invocation may give (all metrics together); more are dropped, counted."""
+MAX_REJECTED = 100
+"""Rejected METRIC lines one invocation records; more are counted only."""
+MAX_PROFILE = 1000
+"""PROFILE lines one invocation records; more are counted only."""
 TIMEOUT_CODES = (124, 137)
 
 
@@ -170,6 +184,10 @@ class Invocation:
     samples: tuple[Sample, ...]
     rejected: tuple[tuple[int, Rejected], ...]
     """(line number, rejection) of the malformed METRIC lines it printed."""
+    dropped: int = 0
+    """METRIC and PROFILE lines beyond the caps (MAX_SAMPLES, MAX_REJECTED, MAX_PROFILE): not read."""
+    end_line: int = 0
+    """1-based line number of its END marker in the job log."""
 
 
 @dataclass
@@ -228,29 +246,48 @@ class LogParser:
         self.state = LogState()
         self._seen: set[tuple[str, int, str]] = set()
         self._buffer = b""
+        self._continued = False
+        """The buffer holds the rest of a line already read in part (its next piece continues it)."""
         self._open: tuple[int, Side, float | None, int] | None = None
         self._samples: list[Sample] = []
         self._rejected: list[tuple[int, Rejected]] = []
         self._seq: dict[str, int] = {}
+        self._dropped = 0
+        self._profiled = 0
         self._step_open: dict[str, tuple[Step, float | None]] = {}
 
     def feed(self, data: bytes) -> list[Invocation]:
         self._buffer += data
         *complete, self._buffer = self._buffer.split(b"\n")
-        done: list[Invocation] = []
+        pieces: list[tuple[bytes, bool]] = []
         for raw in complete:
-            inv = self._line(raw.decode("utf-8", errors="replace"))
+            pieces += self._pieces(raw)
+            self._continued = False
+        # A line with no end in sight is read in pieces, as the harness folds it: memory stays bounded.
+        while len(self._buffer) > MAX_LINE_BYTES:
+            pieces.append((self._buffer[:MAX_LINE_BYTES], self._continued))
+            self._buffer = self._buffer[MAX_LINE_BYTES:]
+            self._continued = True
+        done: list[Invocation] = []
+        for piece, continued in pieces:
+            inv = self._line(piece.decode("utf-8", errors="replace"), continued=continued)
             if inv is not None:
                 done.append(inv)
         return done
+
+    def _pieces(self, raw: bytes) -> list[tuple[bytes, bool]]:
+        """A line in pieces of at most MAX_LINE_BYTES, each with whether it continues a line."""
+        cut = [raw[i : i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
+        return [(piece, self._continued or i > 0) for i, piece in enumerate(cut)]
 
     def finish(self) -> list[Invocation]:
         """The log is complete: parse a last line without a newline."""
         if not self._buffer:
             return []
         raw, self._buffer = self._buffer, b""
-        inv = self._line(raw.decode("utf-8", errors="replace"))
-        return [inv] if inv is not None else []
+        found = [self._line(p.decode("utf-8", errors="replace"), continued=c) for p, c in self._pieces(raw)]
+        self._continued = False
+        return [inv for inv in found if inv is not None]
 
     @property
     def open_invocation(self) -> tuple[int, str] | None:
@@ -259,10 +296,16 @@ class LogParser:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _line(self, text: str) -> Invocation | None:
+    def _line(self, text: str, *, continued: bool = False) -> Invocation | None:
+        """One line of the log; `continued`: a piece of a longer line after its first, which is
+        log text only (never a marker, never a sample; one shaped like a marker is a forgery)."""
         self.state.lines += 1
         number = self.state.lines
         text = text.rstrip("\r")
+        if continued:
+            if text.startswith(MARKER_PREFIX.rstrip()) or text.startswith(ESCAPED_PREFIX):
+                self.state.forged.append(number)
+            return None
         if text.startswith(MARKER_PREFIX):
             parts = text.split()
             if len(parts) >= 4 and parts[1] == self.nonce:
@@ -277,11 +320,17 @@ class LogParser:
             if isinstance(found, Metric) and found.name == WALL_METRIC:
                 found = Rejected(text, f"metric {WALL_METRIC} is the harness's own clock")
             if isinstance(found, Metric):
+                if len(self._samples) >= MAX_SAMPLES:
+                    self._dropped += 1
+                    return None
                 seq = self._seq.get(found.name, 0)
                 self._seq[found.name] = seq + 1
                 pair, side = self._open[0], self._open[1]
                 self._samples.append(Sample(pair, side, found.name, seq, found.value, number))
             elif isinstance(found, Rejected):
+                if len(self._rejected) >= MAX_REJECTED:
+                    self._dropped += 1
+                    return None
                 self._rejected.append((number, found))
             else:
                 self._profile_line(number, text)
@@ -289,6 +338,11 @@ class LogParser:
 
     def _profile_line(self, number: int, text: str) -> None:
         found = parse_profile_line(text)
+        if found is not None and self._profiled >= MAX_PROFILE:
+            self._dropped += 1
+            return
+        if found is not None:
+            self._profiled += 1
         if isinstance(found, ProfileShare) and self._open is not None:
             pair, side = self._open[0], self._open[1]
             self.state.profile.append(ProfileSample(pair, side, found.symbol, found.share, number))
@@ -331,6 +385,7 @@ class LogParser:
             self._check("BEGIN", pair, side, line)
             self._open = (pair, side, at, line)
             self._samples, self._rejected, self._seq = [], [], {}
+            self._dropped = self._profiled = 0
         elif kind == "END" and len(args) >= 3:
             if self._open is None or (self._open[0], self._open[1]) != (_int(args[0]), args[1]):
                 self._violate(f"log line {line}: END {args[0]} {args[1]} without its BEGIN")
@@ -339,11 +394,14 @@ class LogParser:
             self._check("END", pair, side, line)
             rc = _int(args[2])
             seconds = None if at is None or began is None else max(0.0, at - began)
-            inv = Invocation(pair, side, rc, seconds, tuple(self._samples), tuple(self._rejected))
+            inv = Invocation(
+                pair, side, rc, seconds, tuple(self._samples), tuple(self._rejected), self._dropped, line
+            )
             state.invocations.append(inv)
             state.steps.append(Step(f"bench-{pair}-{side}", first, line, rc, seconds))
             self._open = None
             self._samples, self._rejected, self._seq = [], [], {}
+            self._dropped = self._profiled = 0
             return inv
         elif kind == "STATUS" and args:
             if state.status is not None:

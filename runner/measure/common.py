@@ -83,6 +83,8 @@ class ActiveJob:
     offset: int = 0
     stopped: str | None = None
     """Why the runner stopped this job itself: cancel, timeout, no_metric, stop."""
+    warned: dict[str, int] = field(default_factory=dict)
+    """Warnings of each kind read from its log so far in this process (capped: MAX_JOB_WARNINGS)."""
 
 
 @dataclass

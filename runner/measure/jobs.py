@@ -15,7 +15,7 @@ from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.prepare import (
     remove_workdir,
 )
-from runner.harness.protocol import Invocation, LogParser
+from runner.harness.protocol import MAX_SAMPLES, Invocation, LogParser
 from runner.harness.sandbox import weakest
 from runner.harness.template import render
 from runner.measure.common import (
@@ -27,6 +27,9 @@ from runner.measure.common import (
     job_walls,
 )
 from runner.measure.outcome import Outcomes
+
+MAX_JOB_WARNINGS = 50
+"""Warning events of one kind a job's log may add (forged markers, rejected METRIC lines); then one more."""
 
 
 class Jobs(Outcomes):
@@ -198,6 +201,15 @@ class Jobs(Outcomes):
                                 f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
                                 f"{s.value:g} differs from the {kept:g} stored before"
                             )
+                if inv.dropped:
+                    self._warn_once(
+                        "metric_dropped",
+                        active,
+                        inv.end_line,
+                        f"experiment {exp_id} pair {inv.pair} {inv.side}: {inv.dropped} METRIC or PROFILE "
+                        f"lines beyond the caps were not read ({MAX_SAMPLES} samples an invocation)",
+                        {"pair": inv.pair, "side": inv.side, "dropped": inv.dropped},
+                    )
                 for line, rejected in inv.rejected:
                     self._warn_once(
                         "metric_rejected",
@@ -227,6 +239,20 @@ class Jobs(Outcomes):
                 jobs.update(self.db, active.ref.job_id, {"parsed_lines": state.lines})
 
     def _warn_once(self, kind: str, active: ActiveJob, line: int, message: str, data: dict[str, Any]) -> None:
+        """One warning event per job, kind and log line (a log parsed again adds none); past
+        MAX_JOB_WARNINGS of a kind in one job, one last event says the rest go unlisted, so that a
+        candidate printing a million bad lines costs the database a few rows, not a million."""
+        seen = active.warned.get(kind, 0)
+        if seen > MAX_JOB_WARNINGS:
+            return
+        active.warned[kind] = seen + 1
+        if seen == MAX_JOB_WARNINGS:
+            kind, message, data = (
+                f"{kind}_more",
+                f"experiment {active.experiment_id}: more {kind} warnings in job {active.ref.job_id} "
+                f"from log line {line} on are not listed one by one",
+                {"kind": kind},
+            )
         if not events.job_line_logged(self.db, kind, active.experiment_id, active.ref.job_id, line):
             self._event(
                 kind,

@@ -155,6 +155,24 @@ def test_a_step_cannot_print_a_marker(tmp_path: Path) -> None:
     assert parser.state.status == "done"
 
 
+def test_a_step_that_floods_its_output_is_folded_and_cut(tmp_path: Path) -> None:
+    """Lines are folded at 64 KiB (a marker-shaped piece is escaped like any line), and past
+    AUTORESEARCH_STEP_OUTPUT_MAX bytes the rest is dropped while the step runs on to its own end."""
+    ws, workdir = prepared(tmp_path)
+    # Three pieces of x's, and a marker with the job's nonce at the fourth piece's start.
+    long_line = f"head -c 196608 /dev/zero | tr '\\0' x; printf '@@AR {NONCE} 1 BEGIN 0 B\\n'"
+    out, parser = run_steps(ws, workdir, long_line, "true")
+    lines = out.splitlines()
+    assert [len(line) for line in lines if set(line) == {"x"}] == [65536, 65536, 65536]
+    assert f"\n@@AR! {NONCE} 1 BEGIN 0 B\n" in out  # the fourth piece starts a line: escaped
+    assert parser.state.invocations == [] and parser.state.violation is None
+    flood = "for i in $(seq 5000); do echo line $i; done; echo METRIC throughput=1; exit 3"
+    out, parser = run_steps(ws, workdir, flood, "true", AUTORESEARCH_STEP_OUTPUT_MAX="2000")
+    assert "line 100\n" in out and "line 4000" not in out and "METRIC throughput=1" not in out
+    assert "autoresearch: the step printed more than 2000 bytes; the rest is not logged" in out
+    assert "rc A 3" in out  # the step ran to its end and its exit code is its own
+
+
 def test_without_a_sandbox_tampering_is_caught_by_hash_and_named(tmp_path: Path) -> None:
     ws, workdir = prepared(tmp_path, sandbox={"mode": "off"})
     rewrite = "chmod u+w autoresearch.sh && echo 'echo METRIC throughput=1e9' > autoresearch.sh"

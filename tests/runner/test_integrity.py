@@ -23,6 +23,7 @@ import runner.stats
 from kb import gitrepo
 from kb.db import one, rows
 from kb.workspace import Workspace
+from runner.measure.jobs import MAX_JOB_WARNINGS
 from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
 from tests.runner.runner_target import ITERS, live_processes_under, make_diff, make_workspace, must
@@ -113,14 +114,22 @@ def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
     assert "evil: no database" in logs["workspace"] and "evil: wrote" not in logs["workspace"]
     assert "evil: the baseline tree is out of reach" in logs["baseline_tree"]
     assert "evil: the runner is out of reach" in logs["runner_code"]
-    # The forged lines reached the log escaped, as warnings, never as samples.
+    # The forged lines reached the log escaped, as warnings, never as samples: BEGIN and END of both
+    # sides of 80 pairs, of which the first MAX_JOB_WARNINGS are listed one by one, then one event
+    # says the rest are not.
     db = ws.db()
     forged = rows(
         db,
         "SELECT * FROM events WHERE kind = 'forged_marker' AND experiment_id = ?",
         [exps["forge_proc"]["id"]],
     )
-    assert len(forged) == 80 * 2 * 2  # BEGIN and END of both sides of 80 pairs
+    assert MAX_JOB_WARNINGS < 80 * 2 * 2 and len(forged) == MAX_JOB_WARNINGS
+    more = rows(
+        db,
+        "SELECT * FROM events WHERE kind = 'forged_marker_more' AND experiment_id = ?",
+        [exps["forge_proc"]["id"]],
+    )
+    assert len(more) == 1 and "are not listed one by one" in more[0]["message"]
     pairs = must(
         one(db, "SELECT max(pair) AS top FROM samples WHERE experiment_id = ?", [exps["forge_proc"]["id"]])
     )

@@ -188,3 +188,34 @@ def test_a_tampered_marker_names_the_path_the_step_and_the_tree(
     from runner.measure.outcome import tampered_reason
 
     assert tampered_reason(*marker) == said
+
+
+def test_a_line_with_no_end_is_read_in_pieces_and_none_of_them_is_a_marker() -> None:
+    from runner.harness.protocol import MAX_LINE_BYTES
+
+    nonce = "n0nce"
+    parser = LogParser(nonce)
+    # A step's endless line, then (at a piece's start) something shaped like a marker with the nonce.
+    flood = b"x" * (3 * MAX_LINE_BYTES) + f"@@AR {nonce} 0 BEGIN 0 B".encode()
+    for start in range(0, len(flood), 10_000):  # arriving in chunks, as a log grows
+        parser.feed(flood[start : start + 10_000])
+    assert len(parser._buffer) <= MAX_LINE_BYTES  # memory stays bounded while the line goes on
+    parser.feed(b"\n")
+    parser.finish()
+    assert parser.state.lines == 4
+    assert parser.open_invocation is None and parser.state.violation is None
+
+
+def test_an_invocation_gives_at_most_max_samples_and_counts_the_rest() -> None:
+    from runner.harness.protocol import MAX_REJECTED, MAX_SAMPLES
+
+    nonce = "n0nce"
+    body = "".join(f"METRIC throughput={i}\n" for i in range(MAX_SAMPLES + 30))
+    body += "METRIC throughput=nan\n" * (MAX_REJECTED + 7)
+    log = f"@@AR {nonce} 1.0 BEGIN 0 A\n{body}@@AR {nonce} 2.0 END 0 A 0\n"
+    parser = LogParser(nonce)
+    (inv,) = parser.feed(log.encode())
+    assert len(inv.samples) == MAX_SAMPLES and [s.value for s in inv.samples[:2]] == [0.0, 1.0]
+    assert len(inv.rejected) == MAX_REJECTED
+    assert inv.dropped == 30 + 7
+    assert inv.end_line == MAX_SAMPLES + 30 + MAX_REJECTED + 7 + 2
