@@ -20,6 +20,7 @@ import sqlite_utils
 
 from kb.errors import UserError
 from kb.store import citations as store
+from kb.store.tables import SourceRow
 
 EVIDENCE_REF = re.compile(r"(evidence|gap|passage):(\d+)")
 PAPER_REF = re.compile(r"paper:(\d+)")
@@ -35,9 +36,9 @@ class Citation:
     """What it points at, for the user ('passage 3 of "Title"')."""
 
 
-def _paper(db: sqlite_utils.Database, source: dict[str, object], ref: str) -> Citation:
-    evidence = store.first_passage(db, int(str(source["id"])))
-    title = source.get("title") or source.get("url")
+def _paper(db: sqlite_utils.Database, source: SourceRow, ref: str) -> Citation:
+    evidence = store.first_passage(db, source["id"])
+    title = source["title"] or source["url"]
     return Citation(ref, [evidence] if evidence else [], f"paper {source['id']} {title!r}")
 
 
@@ -69,7 +70,7 @@ def resolve(db: sqlite_utils.Database, ref: str) -> Citation:
                 f"--source {ref}: evidence {row['id']} is a {row['kind']}, not a gap (use evidence:ID)"
             )
         label = row["title"] or row["source"] or ""
-        return Citation(ref, [int(row["id"])], f"{row['kind']} {row['id']} {label!r}")
+        return Citation(ref, [row["id"]], f"{row['kind']} {row['id']} {label!r}")
     match = PAPER_REF.fullmatch(ref)
     if match:
         source = store.paper(db, int(match[1]))

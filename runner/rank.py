@@ -200,7 +200,7 @@ def _lines(diff: str) -> int:
     return len(_CHANGED.findall(diff))
 
 
-def _facts(r: dict[str, Any], backends_of: _LazyBackends) -> Facts:
+def _facts(r: store.RankFacts, backends_of: _LazyBackends) -> Facts:
     f = Facts(r["id"], r["origin"], r["expected_effect"], float(r["created_at"]), gap=r["gap"])
     diff = r["patch_diff"] or r["commit_diff"] or ""
     files = _json(r["patch_files"]) if r["patch_files"] else _json(r["commit_files"])

@@ -4,34 +4,46 @@ with its source's title, a paper by id or by address, and a paper's first passag
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
-from kb.store.paging import one
+from kb.store.paging import one, shaped_one
+from kb.store.tables import SourceRow
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 
-def evidence(db: sqlite_utils.Database, evidence_id: int) -> dict[str, Any] | None:
+class CitedEvidence(TypedDict):
+    """An evidence row a ref names: its id, kind and title, and its source's title."""
+
+    id: int
+    kind: str
+    title: str | None
+    source: str | None
+
+
+def evidence(db: sqlite_utils.Database, evidence_id: int) -> CitedEvidence | None:
     """id, kind, title and its source's title (source) of an evidence row."""
-    return one(
+    return shaped_one(
         db,
+        CitedEvidence,
         "SELECT e.id, e.kind, e.title, s.title AS source FROM evidence e "
         "JOIN sources s ON s.id = e.source_id WHERE e.id = ?",
         [evidence_id],
     )
 
 
-def paper(db: sqlite_utils.Database, source_id: int) -> dict[str, Any] | None:
+def paper(db: sqlite_utils.Database, source_id: int) -> SourceRow | None:
     """Every column of the paper source with this id (None for another kind of source)."""
-    return one(db, "SELECT * FROM sources WHERE id = ? AND kind = 'paper'", [source_id])
+    return shaped_one(db, SourceRow, "SELECT * FROM sources WHERE id = ? AND kind = 'paper'", [source_id])
 
 
-def paper_at(db: sqlite_utils.Database, addresses: Sequence[str]) -> dict[str, Any] | None:
+def paper_at(db: sqlite_utils.Database, addresses: Sequence[str]) -> SourceRow | None:
     """Every column of the first paper whose URL or canonical URL is one of `addresses`."""
     marks = ", ".join("?" for _ in addresses)
-    return one(
+    return shaped_one(
         db,
+        SourceRow,
         f"SELECT * FROM sources WHERE kind = 'paper' AND (url IN ({marks}) OR canonical_url IN ({marks})) "
         "ORDER BY id LIMIT 1",
         [*addresses, *addresses],

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from kb.store.paging import one, rows
+from kb.store.paging import one, rows, shaped_one
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -84,10 +84,18 @@ def spent_usd(db: sqlite_utils.Database) -> float:
     return float(found["spent"]) if found else 0.0
 
 
-def answer_for_step(db: sqlite_utils.Database, step: str) -> dict[str, Any] | None:
+class StoredAnswer(TypedDict):
+    """A logged call's id and its answer (never NULL: answer_for_step asks for one)."""
+
+    id: int
+    response: str
+
+
+def answer_for_step(db: sqlite_utils.Database, step: str) -> StoredAnswer | None:
     """id and response of the newest call of this step that got an answer and no error."""
-    return one(
+    return shaped_one(
         db,
+        StoredAnswer,
         "SELECT id, response FROM llm_calls WHERE step = ? AND error IS NULL AND response IS NOT NULL "
         "ORDER BY id DESC LIMIT 1",
         [step],

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
+    import sqlite3
+
     import sqlite_utils
 
 T = TypeVar("T")
@@ -88,6 +90,23 @@ def shaped(db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params:
     drifts from its row type fails the first test that runs it (ShapeMismatch) instead of handing
     a caller a key its type says is missing."""
     cursor = db.execute(sql, params)
+    names = _checked_names(cursor, shape)
+    return [cast(R, dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+
+
+def shaped_iter(
+    db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params: Any = ()
+) -> Iterator[R]:
+    """`shaped`'s rows one at a time, from the cursor (a large read is not held together); the
+    query runs, and its columns are checked, when the first row is asked for."""
+    cursor = db.execute(sql, params)
+    names = _checked_names(cursor, shape)
+    for values in cursor:
+        yield cast(R, dict(zip(names, values, strict=True)))
+
+
+def _checked_names(cursor: sqlite3.Cursor, shape: object) -> list[str]:
+    """The cursor's column names, which must be the shape's keys (ShapeMismatch otherwise)."""
     names = [d[0] for d in cursor.description]
     keys = _keys_of(shape)
     if len(names) != len(keys) or set(names) != keys:
@@ -98,7 +117,7 @@ def shaped(db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params:
             f"{getattr(shape, '__name__', shape)}: query columns differ from the row type"
             f" (missing {missing}, extra {extra}, repeated {repeated})"
         )
-    return [cast(R, dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+    return names
 
 
 def shaped_one(db: sqlite_utils.Database, shape: Callable[..., R], sql: str, params: Any = ()) -> R | None:

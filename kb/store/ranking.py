@@ -4,17 +4,24 @@ hypothesis's facts) and what it writes back (rank, rank_why, family)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from kb.store.paging import rows
+from kb.store.paging import shaped, shaped_iter
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 
-def gaps(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+class GapOps(TypedDict):
+    """A backend fusion gap's title (its ops) and meta (JSON: ops, missing and present backends)."""
+
+    title: str | None
+    meta: str | None
+
+
+def gaps(db: sqlite_utils.Database) -> list[GapOps]:
     """title and meta of every backend fusion gap."""
-    return rows(db, "SELECT title, meta FROM evidence WHERE kind = 'gap'")
+    return shaped(db, GapOps, "SELECT title, meta FROM evidence WHERE kind = 'gap'")
 
 
 def newest_commit_at(db: sqlite_utils.Database) -> Any:
@@ -37,18 +44,38 @@ LEFT JOIN commits c ON c.evidence_id = (
 """
 
 
-def facts(db: sqlite_utils.Database, ids: Iterable[int] | None = None) -> Iterator[dict[str, Any]]:
+class RankFacts(TypedDict):
+    """A hypothesis's ranking facts: its latest patch's and first cited fork commit's columns (None
+    without one) and the title of a gap it cites."""
+
+    id: int
+    origin: str
+    expected_effect: float | None
+    created_at: float
+    patch_diff: str | None
+    patch_files: str | None
+    author_kind: str | None
+    apply_status: str | None
+    commit_files: str | None
+    backends: str | None
+    areas: str | None
+    claims: str | None
+    message: str | None
+    subject: str | None
+    authored_at: str | None
+    commit_diff: str | None
+    gap: str | None
+
+
+def facts(db: sqlite_utils.Database, ids: Iterable[int] | None = None) -> Iterator[RankFacts]:
     """Each hypothesis's ranking facts (or those of `ids`, in that order): its latest patch and
     first cited fork commit's columns and the title of a gap it cites. One row at a time, from a
     cursor: the diffs of 10,000 hypotheses are not held together."""
     if ids is None:
-        cursor = db.execute(_FACTS_SQL + " ORDER BY h.id")
-        names = [d[0] for d in cursor.description]
-        for values in cursor:
-            yield dict(zip(names, values, strict=True))
+        yield from shaped_iter(db, RankFacts, _FACTS_SQL + " ORDER BY h.id")
         return
     for hid in ids:
-        yield from rows(db, _FACTS_SQL + " WHERE h.id = ?", [hid])
+        yield from shaped(db, RankFacts, _FACTS_SQL + " WHERE h.id = ?", [hid])
 
 
 def set_ranks(db: sqlite_utils.Database, ranks: Sequence[tuple[float, str, int]]) -> None:

@@ -39,6 +39,7 @@ from kb.commit_facts import (
 from kb.db import log_event, transaction
 from kb.store import hypotheses as hypothesis_store
 from kb.store import research as store
+from kb.store.research import ForkCommitFacts
 from runner.harness.prepare import protected_paths, refusal
 from runner.hypotheses import add_hypothesis, add_note, add_patch, diff_files
 from runner.research.priority import priority
@@ -215,7 +216,7 @@ class _Facts:
         self.ws, self.repo, self.baseline = ws, repo, baseline
         self._rules: HistoryBackends | None = None
 
-    def of(self, commit: dict[str, Any], files: list[str]) -> tuple[list[str], list[str], list[Claim]]:
+    def of(self, commit: ForkCommitFacts, files: list[str]) -> tuple[list[str], list[str], list[Claim]]:
         backends, areas = _json(commit["backends"]), _json(commit["areas"])
         if isinstance(backends, list) and isinstance(areas, list):
             claims = claims_from_json(commit["claims"])
@@ -291,7 +292,7 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
 @dataclass
 class _Candidate:
     key: str
-    commit: dict[str, Any]
+    commit: ForkCommitFacts
     files: list[str]
     diff: str
     claims: list[Claim]
@@ -330,7 +331,7 @@ def _check_and_add(
 def _add_fork_hypothesis(
     db: sqlite_utils.Database,
     report: MineReport,
-    commit: dict[str, Any],
+    commit: ForkCommitFacts,
     files: list[str],
     diff: str,
     error: str | None,

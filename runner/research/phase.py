@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kb import gitrepo
 from kb.errors import UserError
 from kb.store import research as store
+from kb.store.tables import ExperimentRow
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.hypotheses import mark_repeat, runnable
 from runner.research_io import ResearchReport, ResearchRequest
@@ -37,7 +38,10 @@ RESULTS_SHOWN = 40
 """Rows of the results table in the research prompt (the newest)."""
 EXCERPT_LINES = 40
 """The last lines of a failing build or check handed to the repair."""
-REPAIRABLE = {("crashed", "does_not_apply"): "does_not_apply", ("crashed", "build"): "build"}
+REPAIRABLE: dict[tuple[str, str | None], str] = {
+    ("crashed", "does_not_apply"): "does_not_apply",
+    ("crashed", "build"): "build",
+}
 
 
 def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchRequest) -> ResearchReport:
@@ -84,7 +88,9 @@ def _run_head(ws: Workspace, db: sqlite_utils.Database, run_id: int) -> str:
     if run is None:
         raise UserError(f"run {run_id}: no such run")
     repo = gitrepo.open_repo(ws.mirror_path)
-    return gitrepo.branch_head(repo, run["branch"]) or str(run["baseline_commit"])
+    branch = run["branch"]
+    head = gitrepo.branch_head(repo, branch) if branch is not None else None
+    return head or str(run["baseline_commit"])
 
 
 def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport) -> None:
@@ -121,7 +127,7 @@ def _tail(path: str | None, lines: int = EXCERPT_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def failure_excerpt(exp: dict[str, Any], stage: str) -> str:
+def failure_excerpt(exp: ExperimentRow, stage: str) -> str:
     """What the model needs to repair: git's apply error, the candidate's build log's last lines,
     or the checks' last lines (the step logs the runner split out of the batch log)."""
     from runner.record.history import parse_json
@@ -140,12 +146,17 @@ def failure_excerpt(exp: dict[str, Any], stage: str) -> str:
     return _tail(logs[batch[-1]]) if batch else detail
 
 
-def _repairable(db: sqlite_utils.Database, req: ResearchRequest) -> list[tuple[dict[str, Any], str]]:
+def _repairable(
+    db: sqlite_utils.Database, req: ResearchRequest
+) -> list[tuple[store.RepairCandidate, int, int, str]]:
+    """(experiment, its patch, its hypothesis, the stage that failed) of each candidate to repair."""
     found = []
     for exp in store.repairable(db, req.run_id):
+        patch_id, hypothesis_id = exp["patch_id"], exp["hypothesis_id"]
+        assert patch_id is not None and hypothesis_id is not None  # store.repairable joins on both
         stage = "checks" if exp["status"] == "checks_failed" else REPAIRABLE[(exp["status"], exp["reason"])]
-        if _attempts(db, int(exp["patch_id"])) < req.repairs:
-            found.append((exp, stage))
+        if _attempts(db, patch_id) < req.repairs:
+            found.append((exp, patch_id, hypothesis_id, stage))
     return found
 
 
@@ -160,13 +171,13 @@ def _repairs(
 ) -> None:
     from runner.research.patch_writer import Repair, write_patch
 
-    for exp, stage in _repairable(db, req):
-        repair = Repair(int(exp["patch_id"]), int(exp["id"]), stage, failure_excerpt(exp, stage))
+    for exp, patch_id, hypothesis_id, stage in _repairable(db, req):
+        repair = Repair(patch_id, exp["id"], stage, failure_excerpt(exp, stage))
         outcome = write_patch(
             ws,
             db,
             client,
-            int(exp["hypothesis_id"]),
+            hypothesis_id,
             baseline=head,
             repair=repair,
             step=f"run{req.run_id}:repair:e{exp['id']}",
@@ -192,13 +203,15 @@ def _ports(
     from runner.research.patch_writer import write_patch
 
     for exp in store.conflicts_to_port(db, req.run_id):
+        hypothesis_id = exp["hypothesis_id"]
+        assert hypothesis_id is not None  # store.conflicts_to_port joins on it
         outcome = write_patch(
             ws,
             db,
             client,
-            int(exp["hypothesis_id"]),
+            hypothesis_id,
             baseline=head,
-            from_experiment=int(exp["id"]),
+            from_experiment=exp["id"],
             step=f"run{req.run_id}:port:e{exp['id']}",
         )
         if outcome.status == "patched":

@@ -10,7 +10,7 @@ same wave again replaces the note in place (same evidence id).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import sqlite_utils
 from pydantic import BaseModel, Field
@@ -19,6 +19,7 @@ from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import research as store
 from kb.store import waves
+from kb.store.research import WaveOutcome, WaveWithRun
 from runner.stats import pct
 
 if TYPE_CHECKING:
@@ -41,7 +42,14 @@ class Reflection(BaseModel):
     summary: str = Field(max_length=1500, description="Two or three sentences for the next research phase.")
 
 
-def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any], str]:
+class WaveFacts(TypedDict):
+    """A wave (with its run's name, noise floor and policy) and its experiments' outcomes."""
+
+    wave: WaveWithRun
+    experiments: list[WaveOutcome]
+
+
+def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[WaveFacts, str]:
     """The wave's experiments and decisions, and a plain-text summary of them."""
     wave = store.wave_with_run(db, wave_id)
     if wave is None:
@@ -87,13 +95,13 @@ def wave_facts(db: sqlite_utils.Database, wave_id: int) -> tuple[dict[str, Any],
     if noises:
         noise_line += f"; per-experiment noise {min(noises):.1%} to {max(noises):.1%}"
     lines.append(noise_line + ".")
-    facts = {"wave": dict(wave), "experiments": experiments}
+    facts: WaveFacts = {"wave": wave.copy(), "experiments": experiments}
     return facts, "\n".join(lines)
 
 
 def _store(
     db: sqlite_utils.Database,
-    wave: dict[str, Any],
+    wave: WaveWithRun,
     body: str,
     meta: dict[str, Any],
 ) -> int:

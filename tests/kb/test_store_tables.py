@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Callable
 from typing import TypedDict, get_type_hints
 
 import pytest
@@ -100,3 +101,38 @@ def test_records_carry_their_row(record: type, row: str, joined: set[str]) -> No
     assert set(fields) - joined == set(hints), f"{record.__name__} vs {row}"
     for name, hint in hints.items():
         assert fields[name] == hint, f"{record.__name__}.{name}: {fields[name]} vs {row}: {hint}"
+
+
+# Reads whose rows are typed: run on the migrated, empty workspace, each query's columns are checked
+# against its row type (shaped needs no rows for that), whether or not a feature test reaches it.
+def _typed_reads() -> dict[str, Callable[[sqlite_utils.Database], object]]:
+    from kb.store import citations, llm_calls, ranking, research
+
+    return {
+        "research.results": lambda db: research.results(db, 5),
+        "research.repairable": lambda db: research.repairable(db, 1),
+        "research.conflicts_to_port": lambda db: research.conflicts_to_port(db, 1),
+        "research.measured_twin": lambda db: research.measured_twin(db, "sha", 1, ["kept"]),
+        "research.run_branch": lambda db: research.run_branch(db, 1),
+        "research.fusion_sites": lambda db: research.fusion_sites(db, [1], 3),
+        "research.gaps": research.gaps,
+        "research.fusions_in": lambda db: research.fusions_in(db, "RMS_NORM+MUL", ["cpu"]),
+        "research.fork_commits": research.fork_commits,
+        "research.hypothesis_titles": research.hypothesis_titles,
+        "research.top_hypotheses": lambda db: research.top_hypotheses(db, 5),
+        "research.wave_with_run": lambda db: research.wave_with_run(db, 1),
+        "research.wave_outcomes": lambda db: research.wave_outcomes(db, 1),
+        "citations.evidence": lambda db: citations.evidence(db, 1),
+        "citations.paper": lambda db: citations.paper(db, 1),
+        "citations.paper_at": lambda db: citations.paper_at(db, ["https://example.org/p"]),
+        "ranking.gaps": ranking.gaps,
+        "ranking.facts": lambda db: list(ranking.facts(db)),
+        "ranking.facts(ids)": lambda db: list(ranking.facts(db, [1])),
+        "llm_calls.answer_for_step": lambda db: llm_calls.answer_for_step(db, "run1:reflect:w1"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_typed_reads()))
+def test_typed_reads_match_their_row_types(db: sqlite_utils.Database, name: str) -> None:
+    found = _typed_reads()[name](db)
+    assert found in (None, [])
