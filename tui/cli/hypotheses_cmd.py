@@ -378,9 +378,11 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     from kb.errors import UserError
     from kb.store import hypotheses as store
 
-    row = store.stored(db, hypothesis_id)
-    if row is None:
+    stored = store.stored(db, hypothesis_id)
+    if stored is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    family = stored["family"]
+    row: dict[str, Any] = dict(stored)
     row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
     row["sources"] = store.source_refs(db, hypothesis_id)
     row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
@@ -391,9 +393,7 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     row["priority_set"] = queued.priority_set
     row["outcome"] = queued.outcome
     row["waits_behind"] = queued.waits_behind
-    row["family_members"] = (
-        [asdict(m) for m in store.family(db, row["family"])] if row.get("family") is not None else []
-    )
+    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
     return row
 
 
