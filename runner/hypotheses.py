@@ -233,7 +233,7 @@ def approve_or_reject(db: sqlite_utils.Database, hypothesis_id: int, action: str
 
 def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:
     """A person's priority: above 0 the hypothesis goes before the ranked queue, at 0 or below after
-    it (runner/queue_query.py)."""
+    it (kb/store/queue.py)."""
     get(db, hypothesis_id)
     store.update(db, hypothesis_id, {"priority": priority, "priority_set": 1, "updated_at": now()})
 
@@ -261,7 +261,7 @@ def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> PatchRow | No
 
 def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[RunnablePatch]:
     """Patches ready for a wave, in the queue order (a person's priority first, then the rank, a
-    family's leader before the members waiting behind it: runner/queue_query.py): the latest patch of
+    family's leader before the members waiting behind it: kb/store/queue.py): the latest patch of
     each hypothesis that may run and has no finished or live experiment for that patch yet. A
     hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs."""
     allowed: Sequence[str] = (

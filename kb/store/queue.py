@@ -3,9 +3,9 @@
     page = queue_page(db, QueueFilter(status="proposed", backend="cpu", sort="rank"), offset=0, limit=50)
     page.rows[0].rank, page.rows[0].outcome, page.rows[0].waits_behind, page.total
 
-The queue's reader lives in the data layer (runner.queue_query re-exports it for the callers that
-know it from there). The queue order (`sort="rank"`, the default, and the order the runner takes
-hypotheses in, `runner.hypotheses.runnable`):
+The queue's reader lives in the data layer, and the CLI and the TUI import it from here. The queue
+order (`sort="rank"`, the default, and the order the runner takes hypotheses in,
+`runner.hypotheses.runnable`):
 
 1. a priority a person set (`hypotheses prioritize`, the TUI's `+`/`-`) above 0 goes first, highest
    first; one at 0 or below goes last (a person saying "not now");

@@ -279,7 +279,7 @@ def list_(
     """The queue, in the order the runner takes it (or --sort), filtered and paged.
 
     Text shows 50 rows at a time (--limit, --offset); --json every matching row unless --limit."""
-    from runner.queue_query import QueueFilter, queue_page
+    from kb.store.queue import QueueFilter, queue_page
 
     flt = QueueFilter(status, outcome, origin, path, backend, search, sort)
     db = workspace(ctx).db()
@@ -386,7 +386,7 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
     row["sources"] = store.source_refs(db, hypothesis_id)
     row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
-    from runner.queue_query import queue_row
+    from kb.store.queue import queue_row
 
     queued = queue_row(db, hypothesis_id)
     row["rank_why"] = queued.rank_why
