@@ -9,7 +9,7 @@ families; then times, best and median of REPEAT runs each:
 
 - `rerank` of the whole queue (every rank and family computed and stored, one transaction);
 - one page (50 rows) of the queue: first, middle and last page, each sort, and filtered (status,
-  backend, path, search words, outcome), through runner.queue_query.queue_page (what the CLI and the
+  backend, path, search words, outcome), through kb.store.queue.queue_page (what the CLI and the
   TUI call);
 - `runnable()` (the runner's next wave, in the queue order) and `hypotheses list` through the CLI.
 
@@ -85,9 +85,9 @@ def main() -> None:
     args = parser.parse_args()
     from click.testing import CliRunner
 
+    from kb.store.queue import QueueFilter, queue_page
     from kb.workspace import Workspace
     from runner.hypotheses import runnable
-    from runner.queue_query import QueueFilter, queue_page
     from runner.rank import rerank
     from tui.cli import main as cli
 

@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import sqlite_utils
 
@@ -22,6 +22,8 @@ from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.patchnorm import normalized_sha
 from kb.store import hypotheses as store
+from kb.store.hypotheses import RunnablePatch
+from kb.store.tables import HypothesisRow, PatchRow
 from kb.vocabulary import HYPOTHESIS_STATUSES
 
 HypothesisStatus = Literal["proposed", "approved", "rejected", "patched", "unpatchable", "needs_port"]
@@ -47,7 +49,7 @@ class Hypothesis:
     """A person set the priority (it orders the queue before the rank)."""
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Hypothesis:
+    def from_row(cls, row: HypothesisRow) -> Hypothesis:
         return cls(
             id=row["id"],
             title=row["title"],
@@ -58,8 +60,8 @@ class Hypothesis:
             expected_effect=row["expected_effect"],
             risk=row["risk"],
             created_at=row["created_at"],
-            rank=row.get("rank"),
-            priority_set=bool(row.get("priority_set")),
+            rank=row["rank"],
+            priority_set=bool(row["priority_set"]),
         )
 
 
@@ -231,7 +233,7 @@ def approve_or_reject(db: sqlite_utils.Database, hypothesis_id: int, action: str
 
 def set_priority(db: sqlite_utils.Database, hypothesis_id: int, priority: float) -> None:
     """A person's priority: above 0 the hypothesis goes before the ranked queue, at 0 or below after
-    it (runner/queue_query.py)."""
+    it (kb/store/queue.py)."""
     get(db, hypothesis_id)
     store.update(db, hypothesis_id, {"priority": priority, "priority_set": 1, "updated_at": now()})
 
@@ -253,13 +255,13 @@ def stepped_priority(hyp: Hypothesis, delta: float) -> float:
     return round(start + delta, 6)
 
 
-def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> PatchRow | None:
     return store.latest_patch_row(db, hypothesis_id)
 
 
-def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[dict[str, Any]]:
+def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[RunnablePatch]:
     """Patches ready for a wave, in the queue order (a person's priority first, then the rank, a
-    family's leader before the members waiting behind it: runner/queue_query.py): the latest patch of
+    family's leader before the members waiting behind it: kb/store/queue.py): the latest patch of
     each hypothesis that may run and has no finished or live experiment for that patch yet. A
     hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs."""
     allowed: Sequence[str] = (

@@ -20,7 +20,7 @@ the inventory's gaps (functions of the ops the target backend does not fuse) and
 
 Families: a series of fork commits on the same functions (Jaccard >= 0.5 of the function names their
 hunks name, else of their files) each within FAMILY_DAYS of the previous one is one family; its id is
-its first member's. The queue runs a family's best member first (runner/queue_query.py).
+its first member's. The queue runs a family's best member first (kb/store/queue.py).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ change is made once: rows go in as TypedDicts named after their table (`NewRun`,
 ...; columns left out take the table's defaults) and updates as partial ones (`RunUpdate`, ...).
 The one rule for an experiment's decision is `decisions.latest`. The history's read model
 (`history`), the provenance chain (`provenance`), the research phase's reads (`research`) and the
-hypothesis queue (`queue`) live here too; runner/record and runner/queue_query turn their rows into
-the runner's records. kb imports neither runner nor tui.
+hypothesis queue (`queue`) live here too; runner/record turns their rows into the runner's
+records. kb imports neither runner nor tui.
 
 No function here opens a transaction: the caller's `kb.db.transaction` decides what is written
 together (the loop ends a job and records its decision as one).

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Required, TypedDict
+from typing import TYPE_CHECKING, Required, TypedDict
 
 from kb.errors import UserError
 from kb.store.knowledge import EvidenceLink
-from kb.store.paging import loads, one, rows
+from kb.store.paging import loads, one, rows, shaped, shaped_one
+from kb.store.tables import HypothesisRow, PatchRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -45,7 +46,7 @@ class TriedIn:
     status: str
 
 
-def _patch_info(p: dict[str, Any] | None) -> PatchInfo | None:
+def _patch_info(p: PatchRow | None) -> PatchInfo | None:
     if p is None:
         return None
     files = loads(p["files"])
@@ -90,13 +91,11 @@ def source_refs(db: sqlite_utils.Database, hypothesis_id: int) -> list[str]:
 
 
 def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> PatchInfo | None:
-    return _patch_info(
-        one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
-    )
+    return _patch_info(latest_patch_row(db, hypothesis_id))
 
 
 def patch(db: sqlite_utils.Database, patch_id: int) -> PatchInfo | None:
-    return _patch_info(one(db, "SELECT * FROM patches WHERE id = ?", [patch_id]))
+    return _patch_info(patch_row(db, patch_id))
 
 
 def tried_in(db: sqlite_utils.Database, hypothesis_id: int, *, last: int = 20) -> list[TriedIn]:
@@ -199,10 +198,9 @@ class FamilyMember:
     title: str
 
 
-def stored(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
-    """Every column of a hypothesis as stored: `hypotheses show --json` prints them all, whatever
-    the migrations added, so this one stays a mapping."""
-    return one(db, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
+def stored(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisRow | None:
+    """Every column of a hypothesis as stored (`hypotheses show --json` prints them all)."""
+    return shaped_one(db, HypothesisRow, "SELECT * FROM hypotheses WHERE id = ?", [hypothesis_id])
 
 
 def cited_sources(db: sqlite_utils.Database, hypothesis_id: int) -> list[CitedSource]:
@@ -271,9 +269,9 @@ def add_source_ref(db: sqlite_utils.Database, hypothesis_id: int, ref: str) -> N
     insert(db, "hypothesis_sources", {"hypothesis_id": hypothesis_id, "ref": ref})
 
 
-def patch_row(db: sqlite_utils.Database, patch_id: int) -> dict[str, Any] | None:
-    """Every column of a patch as stored: the loop hands it on as the queue gives patches (a mapping)."""
-    return one(db, "SELECT * FROM patches WHERE id = ?", [patch_id])
+def patch_row(db: sqlite_utils.Database, patch_id: int) -> PatchRow | None:
+    """Every column of a patch as stored: the loop hands it on as the queue gives patches."""
+    return shaped_one(db, PatchRow, "SELECT * FROM patches WHERE id = ?", [patch_id])
 
 
 @dataclass(frozen=True)
@@ -397,20 +395,34 @@ def update_patch(db: sqlite_utils.Database, patch_id: int, values: PatchUpdate) 
     update_row(db, "patches", patch_id, values)
 
 
-def latest_patch_row(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+def latest_patch_row(db: sqlite_utils.Database, hypothesis_id: int) -> PatchRow | None:
     """Every column of a hypothesis's latest patch: the patch writer and the loop pass it on whole."""
-    return one(db, "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1", [hypothesis_id])
+    return shaped_one(
+        db,
+        PatchRow,
+        "SELECT * FROM patches WHERE hypothesis_id = ? ORDER BY id DESC LIMIT 1",
+        [hypothesis_id],
+    )
 
 
-def runnable(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[dict[str, Any]]:
+class RunnablePatch(PatchRow):
+    """A patch ready for a wave, with its hypothesis's title, priority and rank."""
+
+    hypothesis_title: str
+    priority: float
+    rank: float | None
+
+
+def runnable(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[RunnablePatch]:
     """Patches ready for a wave, in the queue order: the latest patch (every column, with
     hypothesis_title, priority and rank) of each hypothesis in one of `statuses` that may run and
     has no finished or live experiment for that patch yet."""
     from kb.store.queue import QUEUE_ORDER
 
     marks = ", ".join("?" for _ in statuses)
-    return rows(
+    return shaped(
         db,
+        RunnablePatch,
         f"""
         SELECT p.*, h.title AS hypothesis_title, h.priority AS priority, h.rank AS rank
         FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id

@@ -3,9 +3,9 @@
     page = queue_page(db, QueueFilter(status="proposed", backend="cpu", sort="rank"), offset=0, limit=50)
     page.rows[0].rank, page.rows[0].outcome, page.rows[0].waits_behind, page.total
 
-The queue's reader lives in the data layer (runner.queue_query re-exports it for the callers that
-know it from there). The queue order (`sort="rank"`, the default, and the order the runner takes
-hypotheses in, `runner.hypotheses.runnable`):
+The queue's reader lives in the data layer, and the CLI and the TUI import it from here. The queue
+order (`sort="rank"`, the default, and the order the runner takes hypotheses in,
+`runner.hypotheses.runnable`):
 
 1. a priority a person set (`hypotheses prioritize`, the TUI's `+`/`-`) above 0 goes first, highest
    first; one at 0 or below goes last (a person saying "not now");
@@ -25,10 +25,10 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kb.errors import UserError
-from kb.store.paging import rows
+from kb.store.paging import shaped
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 
 if TYPE_CHECKING:
@@ -244,7 +244,32 @@ LEFT JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id =
 """
 
 
-def _row(r: dict[str, Any]) -> QueueRow:
+class QueueDetail(TypedDict):
+    """A hypothesis's row as _DETAIL_SQL reads it (rank_why: JSON text; cites: kinds joined by commas)."""
+
+    id: int
+    title: str
+    status: str
+    priority: float
+    priority_set: int
+    rank: float | None
+    rank_why: str | None
+    origin: str
+    expected_effect: float | None
+    confidence: float | None
+    cost: float | None
+    family: int | None
+    created_at: float
+    outcome: str | None
+    evidence: int
+    cites: str | None
+    family_size: int
+    waits_behind: int | None
+    patch_id: int | None
+    apply_status: str | None
+
+
+def _row(r: QueueDetail) -> QueueRow:
     why: Any = None
     if r["rank_why"]:
         try:
@@ -301,7 +326,7 @@ def queue_page(
     for start in range(0, len(ids), 500):  # SQLite's variable limit, with room to spare
         chunk = ids[start : start + 500]
         marks = ", ".join("?" for _ in chunk)
-        for r in rows(db, _DETAIL_SQL + f" WHERE h.id IN ({marks})", chunk):
+        for r in shaped(db, QueueDetail, _DETAIL_SQL + f" WHERE h.id IN ({marks})", chunk):
             found[r["id"]] = _row(r)
     return QueuePage([found[i] for i in ids if i in found], offset, limit, total)
 
@@ -327,7 +352,7 @@ def unpatched_ids(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[in
 
 def queue_row(db: sqlite_utils.Database, hypothesis_id: int) -> QueueRow:
     """One hypothesis as the queue lists it (outcome, family, what it waits behind)."""
-    found = rows(db, _DETAIL_SQL + " WHERE h.id = ?", [hypothesis_id])
+    found = shaped(db, QueueDetail, _DETAIL_SQL + " WHERE h.id = ?", [hypothesis_id])
     if not found:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
     return _row(found[0])

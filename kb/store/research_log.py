@@ -5,9 +5,9 @@ notes in force (runs.steering)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from kb.store.paging import loads, one, rows
+from kb.store.paging import loads, one, shaped
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -46,7 +46,16 @@ class RunSteering:
     """None: the config's hypotheses.require_approval decides."""
 
 
+class PhaseEvent(TypedDict):
+    """A `research_started` or `research_done` event (data: its JSON text)."""
+
+    ts: float
+    kind: str
+    data: str | None
+
+
 def _int(data: dict[str, Any], key: str) -> int:
+    """A count from a research event's decoded JSON (0 when missing or not a number)."""
     value = data.get(key)
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
@@ -54,8 +63,9 @@ def _int(data: dict[str, Any], key: str) -> int:
 def research_log(db: sqlite_utils.Database, run_id: int, *, limit: int = 50) -> list[ResearchPhase]:
     """A run's research phases, newest first: each `research_done` with its report, and a phase
     started but not (yet) done."""
-    found = rows(
+    found = shaped(
         db,
+        PhaseEvent,
         "SELECT ts, kind, data FROM events WHERE run_id = ? "
         "AND kind IN ('research_started', 'research_done') ORDER BY id",
         [run_id],

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kb.errors import UserError
 from kb.store.decisions import latest_decision_id
-from kb.store.paging import loads, one, rows
+from kb.store.paging import loads, one, rows, shaped
+from kb.store.tables import WorkerRow
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT, STOP_MEANINGS
 
 if TYPE_CHECKING:
@@ -170,7 +171,14 @@ def latest_run_id(db: sqlite_utils.Database) -> int | None:
     return None if r is None else int(r["id"])
 
 
-def _worker_phase(row: dict[str, Any]) -> str | None:
+class WorkerAtWork(WorkerRow):
+    """A worker with the experiment it is running (None when idle)."""
+
+    exp_id: int | None
+    exp_title: str | None
+
+
+def _worker_phase(row: WorkerRow) -> str | None:
     try:
         meta = json.loads(row["meta"]) if row["meta"] else {}
     except ValueError:
@@ -194,8 +202,9 @@ def run_workers(db: sqlite_utils.Database, run_id: int) -> list[FleetWorker]:
             r["exp_title"],
             _worker_phase(r),
         )
-        for r in rows(
+        for r in shaped(
             db,
+            WorkerAtWork,
             """SELECT k.*, x.id AS exp_id, x.title AS exp_title FROM workers k
                LEFT JOIN experiments x ON x.id = (
                    SELECT id FROM experiments WHERE worker_id = k.id AND status = 'running'

@@ -12,7 +12,7 @@ from kb import gitrepo
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
-from kb.store.tables import ExperimentRow
+from kb.store.tables import ExperimentRow, PatchRow
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -138,7 +138,7 @@ class RunnerCore:
         title: str,
         baseline: str,
         candidate: str | None = None,
-        patch: dict[str, Any] | None = None,
+        patch: PatchRow | None = None,
         wave_id: int | None = None,
         retry_of: int | None = None,
         meta: dict[str, Any] | None = None,

@@ -8,9 +8,8 @@ again under the same number, so the model calls whose answers were stored are no
 
 from __future__ import annotations
 
-from typing import Any
-
 from kb.store import events, run_records, waves
+from kb.store.hypotheses import RunnablePatch
 from runner.measure.common import Stop
 from runner.measure.scheduler import Scheduler
 from runner.research_io import ResearchReport, ResearchRequest
@@ -19,7 +18,7 @@ from runner.research_io import ResearchReport, ResearchRequest
 class Researching(Scheduler):
     """The research phase and the plateau, between waves."""
 
-    def _runnable(self, limit: int) -> list[dict[str, Any]]:
+    def _runnable(self, limit: int) -> list[RunnablePatch]:
         from runner.hypotheses import runnable
 
         found = runnable(self.db, require_approval=self._require_approval())

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import experiments, hypotheses, jobs, run_records
-from kb.store.tables import ExperimentRow
+from kb.store.tables import ExperimentRow, PatchRow
 from runner.fleet import Worker
 from runner.harness import patchpaths
 from runner.harness.prepare import (
@@ -115,7 +114,7 @@ class Scheduler(Steering):
                 return worker
         return None
 
-    def _rebase(self, exp: ExperimentRow, patch: dict[str, Any], baseline: str, error: str) -> str | None:
+    def _rebase(self, exp: ExperimentRow, patch: PatchRow, baseline: str, error: str) -> str | None:
         """A patch that does not apply onto this baseline. When it applies onto the tree it was
         written for (its base_commit, else the run's original baseline) and a winner moved the
         baseline since, a three-way merge rebases it (the candidate, measured as usual); a real

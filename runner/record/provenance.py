@@ -22,7 +22,7 @@ from kb.store import hypotheses as hypothesis_store
 from kb.store import provenance as store
 from kb.store import run_records, waves
 from kb.store import winners as winner_store
-from kb.store.tables import ExperimentRow, WaveRow
+from kb.store.tables import ExperimentRow, HypothesisRow, PatchRow, WaveRow
 from runner.record.history import latest_decision_rows, parse_json
 from runner.record.sources import evidence_refs, evidence_rows, location, source_refs
 
@@ -32,8 +32,8 @@ class Chain:
     experiment: ExperimentRow
     run: dict[str, Any]
     wave: WaveRow | None
-    patch: dict[str, Any] | None
-    hypothesis: dict[str, Any] | None
+    patch: PatchRow | None
+    hypothesis: HypothesisRow | None
     decision: dict[str, Any] | None
 
 

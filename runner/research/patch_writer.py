@@ -216,10 +216,10 @@ def gather_files(
     exist at the baseline), then those a `git grep` of the baseline finds for its identifiers."""
     from kb import gitrepo
 
-    hyp = hypothesis_store.stored(db, hypothesis_id) or {}
+    hyp = hypothesis_store.stored(db, hypothesis_id)
     evidence_ids = evidence_of(db, hypothesis_id)
     titles = " ".join(title or "" for title in store.evidence_titles(db, evidence_ids))
-    terms = prompting.code_terms(hyp.get("title", ""), titles, hyp.get("rationale", ""))
+    terms = prompting.code_terms(hyp["title"] if hyp else "", titles, hyp["rationale"] if hyp else "")
     wanted: dict[str, None] = {}
     for ev_id in evidence_ids:
         for path in store.commit_paths(db, ev_id):

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kb.commit_facts import context_name
 from kb.inventory.csource import Function, SourceFile
 
 if TYPE_CHECKING:
     import git
+
+    from kb.store.tables import PatchRow
 
 MAX_FUNCTIONS = 8
 MAX_FUNCTION_CHARS = 6_000
@@ -84,12 +86,12 @@ def function_text(source: SourceFile, func: Function) -> str:
     return text
 
 
-def port_context(repo: git.Repo, baseline: str, patch: dict[str, Any], files: list[str]) -> PortContext:
+def port_context(repo: git.Repo, baseline: str, patch: PatchRow, files: list[str]) -> PortContext:
     """The fork's and the baseline's versions of the functions a fork commit's patch changes."""
     from kb import gitrepo
 
     ctx = PortContext()
-    sha = patch.get("author") if patch.get("author_kind") == "fork_commit" else None
+    sha = patch["author"] if patch["author_kind"] == "fork_commit" else None
     if not sha or not gitrepo.has_commit(repo, sha):
         return ctx
     sources = [p for p in files if p.endswith(_SOURCE)]

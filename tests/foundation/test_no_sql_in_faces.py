@@ -1,5 +1,5 @@
 """The faces (tui/, the CLI in tui/cli/) hold no SQL: their reads and writes go through the data
-layer (kb/store) or the runner's record (runner/record, runner/queue_query)."""
+layer (kb/store) or the runner's record (runner/record)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,6 @@ def test_the_runner_is_scanned() -> None:
         "runner/research/reflection.py",
         "runner/research/port.py",
         "runner/hypotheses.py",
-        "runner/queue_query.py",
         "runner/rank.py",
         "runner/cite.py",
         "runner/profile.py",

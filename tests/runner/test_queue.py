@@ -13,10 +13,10 @@ from click.testing import CliRunner, Result
 
 from kb import gitrepo
 from kb.db import insert, now, one, rows
+from kb.store.queue import QueueFilter, queue_page
 from kb.workspace import Workspace
 from runner import profile
 from runner.hypotheses import runnable
-from runner.queue_query import QueueFilter, queue_page
 from runner.rank import rerank
 from runner.research.miners import FORK_EFFECT
 from tests.runner.queue_support import MinedQueue, copy_queue

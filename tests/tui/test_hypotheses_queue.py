@@ -1,5 +1,5 @@
 """The Hypotheses pane on a queue of 5,000 mined hypotheses: pages, the order key, the status key and
-the filter bar show what `autoresearch hypotheses list` shows (one query: runner.queue_query)."""
+the filter bar show what `autoresearch hypotheses list` shows (one query: kb.store.queue)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.widgets import Static
 
 from kb.db import one
-from runner.queue_query import QueueFilter, queue_page
+from kb.store.queue import QueueFilter, queue_page
 from tests.runner.queue_support import MinedQueue, copy_queue
 from tests.tui.helpers import AppFactory, async_test, settle, until
 from tui.screens.hypotheses import HypothesesScreen

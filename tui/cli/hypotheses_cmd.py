@@ -279,7 +279,7 @@ def list_(
     """The queue, in the order the runner takes it (or --sort), filtered and paged.
 
     Text shows 50 rows at a time (--limit, --offset); --json every matching row unless --limit."""
-    from runner.queue_query import QueueFilter, queue_page
+    from kb.store.queue import QueueFilter, queue_page
 
     flt = QueueFilter(status, outcome, origin, path, backend, search, sort)
     db = workspace(ctx).db()
@@ -378,22 +378,22 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
     from kb.errors import UserError
     from kb.store import hypotheses as store
 
-    row = store.stored(db, hypothesis_id)
-    if row is None:
+    stored = store.stored(db, hypothesis_id)
+    if stored is None:
         raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    family = stored["family"]
+    row: dict[str, Any] = dict(stored)
     row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
     row["sources"] = store.source_refs(db, hypothesis_id)
     row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
-    from runner.queue_query import queue_row
+    from kb.store.queue import queue_row
 
     queued = queue_row(db, hypothesis_id)
     row["rank_why"] = queued.rank_why
     row["priority_set"] = queued.priority_set
     row["outcome"] = queued.outcome
     row["waits_behind"] = queued.waits_behind
-    row["family_members"] = (
-        [asdict(m) for m in store.family(db, row["family"])] if row.get("family") is not None else []
-    )
+    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
     return row
 
 

@@ -1,5 +1,5 @@
 """The hypotheses pane's reads and its steering writes (approve, reject, priority), through
-runner.queue_query and runner.hypotheses, as the CLI."""
+kb.store.queue and runner.hypotheses, as the CLI."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tui.data.store import log_event, transaction
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from runner.queue_query import QueueFilter, QueueRow
+    from kb.store.queue import QueueFilter, QueueRow
 
 
 HYPOTHESIS_STATUSES = _vocabulary.HYPOTHESIS_STATUSES
@@ -111,8 +111,8 @@ def hypotheses(
     filters: QueueFilter | None = None,
 ) -> Page[HypothesisRow]:
     """The queue in the order the runner takes it (or the filter's sort), one page: the same query
-    as `autoresearch hypotheses list` (runner.queue_query). `status` narrows `filters` when given."""
-    from runner.queue_query import QueueFilter, queue_page
+    as `autoresearch hypotheses list` (kb.store.queue). `status` narrows `filters` when given."""
+    from kb.store.queue import QueueFilter, queue_page
 
     flt = filters or QueueFilter()
     if status is not None:
@@ -130,7 +130,7 @@ def _with_origin(row: HypothesisRow, found: dict[int, _hyp_store.HypothesisOrigi
 def parse_filter(text: str, sort: str = "rank", status: str | None = None) -> QueueFilter:
     """The Hypotheses pane's filter bar: `status:proposed backend:cpu path:ggml/src/iqk repack` ->
     a QueueFilter (the words left over search titles, rationales and the evidence cited)."""
-    from runner.queue_query import QueueFilter
+    from kb.store.queue import QueueFilter
 
     keys = {"status", "outcome", "origin", "path", "backend"}
     found: dict[str, str] = {}
@@ -155,7 +155,7 @@ def parse_filter(text: str, sort: str = "rank", status: str | None = None) -> Qu
 
 
 def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetail:
-    from runner.queue_query import queue_row
+    from kb.store.queue import queue_row
 
     r = queue_row(db, hypothesis_id)
     extra = _hyp_store.text(db, hypothesis_id)

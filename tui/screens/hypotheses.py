@@ -1,6 +1,6 @@
 """The hypotheses pane: the queue with its steering keys, and a hypothesis's detail view.
 
-The queue is the one `autoresearch hypotheses list` shows (runner.queue_query), a page at a time:
+The queue is the one `autoresearch hypotheses list` shows (kb.store.queue), a page at a time:
 `s` cycles the status, `o` the order (rank, priority, recent, effect), `f` edits the filter bar
 (`status:S outcome:O origin:O path:P backend:B` and words to search), `[`/`]` page.
 """
@@ -25,7 +25,7 @@ from tui.screens.base import AppScreen, DetailScreen
 from tui.widgets.common import DiffView, PagedTable, cell, fit_columns, key_values, right, status_cell
 
 if TYPE_CHECKING:
-    from runner.queue_query import QueueFilter
+    from kb.store.queue import QueueFilter
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *data.HYPOTHESIS_STATUSES)
 FILTER_HINT = "filter (f): status: outcome: origin: path: backend: and words to search"
