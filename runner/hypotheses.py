@@ -259,15 +259,18 @@ def latest_patch(db: sqlite_utils.Database, hypothesis_id: int) -> PatchRow | No
     return store.latest_patch_row(db, hypothesis_id)
 
 
-def runnable(db: sqlite_utils.Database, *, require_approval: bool) -> list[RunnablePatch]:
+def runnable(
+    db: sqlite_utils.Database, *, require_approval: bool, limit: int | None = None
+) -> list[RunnablePatch]:
     """Patches ready for a wave, in the queue order (a person's priority first, then the rank, a
     family's leader before the members waiting behind it: kb/store/queue.py): the latest patch of
     each hypothesis that may run and has no finished or live experiment for that patch yet. A
-    hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs."""
+    hypothesis waiting as `needs_port`, or marked a repeat of one measured before, never runs.
+    `limit`: only the first so many (what a wave or a count needs)."""
     allowed: Sequence[str] = (
         ("approved", "patched") if require_approval else ("proposed", "approved", "patched")
     )
-    return store.runnable(db, allowed)
+    return store.runnable(db, allowed, limit=limit)
 
 
 def mark_repeat(db: sqlite_utils.Database, hypothesis_id: int, of: int, why: str) -> None:

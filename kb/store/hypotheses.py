@@ -413,10 +413,13 @@ class RunnablePatch(PatchRow):
     rank: float | None
 
 
-def runnable(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[RunnablePatch]:
+def runnable(
+    db: sqlite_utils.Database, statuses: Sequence[str], *, limit: int | None = None
+) -> list[RunnablePatch]:
     """Patches ready for a wave, in the queue order: the latest patch (every column, with
     hypothesis_title, priority and rank) of each hypothesis in one of `statuses` that may run and
-    has no finished or live experiment for that patch yet."""
+    has no finished or live experiment for that patch yet; the first `limit` of them (a queue of
+    thousands is not read whole to fill a wave)."""
     from kb.store.queue import QUEUE_ORDER
 
     marks = ", ".join("?" for _ in statuses)
@@ -436,6 +439,7 @@ def runnable(db: sqlite_utils.Database, statuses: Sequence[str]) -> list[Runnabl
               -- a lost experiment is re-queued as a new one, so it does not count here
               SELECT 1 FROM experiments e WHERE e.patch_id = p.id AND e.status != 'lost')
         ORDER BY {QUEUE_ORDER}
+        LIMIT ?
         """,
-        list(statuses),
+        [*statuses, -1 if limit is None else max(0, limit)],
     )

@@ -21,8 +21,7 @@ class Researching(Scheduler):
     def _runnable(self, limit: int) -> list[RunnablePatch]:
         from runner.hypotheses import runnable
 
-        found = runnable(self.db, require_approval=self._require_approval())
-        return found[:limit]
+        return runnable(self.db, require_approval=self._require_approval(), limit=limit)
 
     @property
     def autopilot(self) -> bool:
@@ -40,15 +39,17 @@ class Researching(Scheduler):
     def has_model(self) -> bool:
         return bool(self.options.model or self.settings.llm.model)
 
-    def _needs_research(self) -> bool:
-        """Before the first wave, and whenever fewer candidates are ready than workers (the
-        autopilot; a plain run with a model only repairs and ports its own candidates then)."""
+    def _wanted(self) -> int:
+        """Candidates a research phase should find: before the first wave, and whenever fewer
+        candidates are ready than workers, the workers left without one (the autopilot; a plain run
+        with a model only repairs and ports its own candidates then); 0: no phase."""
         if self.research is None or not (self.autopilot or self.has_model):
-            return False
-        return len(self._runnable(self.parallel)) < self.parallel
+            return 0
+        return max(0, self.parallel - len(self._runnable(self.parallel)))
 
     def _research_phase(self) -> ResearchReport | None:
-        if not self._needs_research():
+        want = self._wanted()
+        if not want:
             return None
         assert self.research is not None
         self._housekeeping()  # a pause or stop sent meanwhile is read first
@@ -58,7 +59,7 @@ class Researching(Scheduler):
         request = ResearchRequest(
             run_id=self.run_id,
             phase=number,
-            want=max(1, self.parallel - len(self._runnable(self.parallel))),
+            want=want,
             waves_done=waves.count(self.db, self.run_id, finished_only=True),
             last_wave_id=waves.last_finished_id(self.db, self.run_id),
             repairs=self.settings.autopilot.repairs,

@@ -17,8 +17,10 @@ their key, so none is generated twice either. Without a model, only the miners r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kb import gitrepo
 from kb.errors import UserError
@@ -44,6 +46,24 @@ REPAIRABLE: dict[tuple[str, str | None], str] = {
 }
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """What every model step of a phase works with."""
+
+    ws: Workspace
+    db: sqlite_utils.Database
+    client: LLMClient
+    req: ResearchRequest
+    head: str
+    """The baseline the next wave measures against (the run branch's head)."""
+    report: ResearchReport
+    say: Callable[[str], None]
+
+    def ready(self) -> int:
+        """Candidates ready to run, counted up to what the phase wants."""
+        return len(runnable(self.db, require_approval=self.req.require_approval, limit=self.req.want))
+
+
 def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchRequest) -> ResearchReport:
     report = ResearchReport()
     say = req.progress or (lambda _line: None)
@@ -59,18 +79,20 @@ def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchReques
             head = _run_head(ws, db, req.run_id)
         except (LLMError, UserError) as exc:
             report.failures.append(f"model: {exc}")
-            steps: tuple[Any, ...] = ()
         else:
-            steps = (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
-        for step in steps:
-            if req.on_phase is not None:
-                req.on_phase("researching" if step is _generate else "patching")
-            try:
-                step(ws, db, client, req, head, report, say)
-            except (LLMError, UserError) as exc:  # BudgetExceeded too: the later steps need the model
-                report.failures.append(f"{step.__name__.strip('_')}: {exc}")
-                if type(exc).__name__ == "BudgetExceeded":
-                    break
+            phase = _Phase(ws, db, client, req, head, report, say)
+            steps: tuple[Callable[[_Phase], None], ...] = (
+                (_repairs, _ports, _generate, _patches) if req.explore else (_repairs, _ports)
+            )
+            for step in steps:
+                if req.on_phase is not None:
+                    req.on_phase("researching" if step is _generate else "patching")
+                try:
+                    step(phase)
+                except (LLMError, UserError) as exc:  # BudgetExceeded too: the later steps need the model
+                    report.failures.append(f"{step.__name__.strip('_')}: {exc}")
+                    if type(exc).__name__ == "BudgetExceeded":
+                        break
     report.repeats += _mark_repeats(db, req)
     calls = store.run_calls_after(db, req.run_id, first_call)
     report.call_ids = [call_id for call_id, _ in calls]
@@ -160,65 +182,49 @@ def _repairable(
     return found
 
 
-def _repairs(
-    ws: Workspace,
-    db: sqlite_utils.Database,
-    client: LLMClient,
-    req: ResearchRequest,
-    head: str,
-    report: ResearchReport,
-    say: Any,
-) -> None:
+def _repairs(ph: _Phase) -> None:
     from runner.research.patch_writer import Repair, write_patch
 
-    for exp, patch_id, hypothesis_id, stage in _repairable(db, req):
+    for exp, patch_id, hypothesis_id, stage in _repairable(ph.db, ph.req):
         repair = Repair(patch_id, exp["id"], stage, failure_excerpt(exp, stage))
         outcome = write_patch(
-            ws,
-            db,
-            client,
+            ph.ws,
+            ph.db,
+            ph.client,
             hypothesis_id,
-            baseline=head,
+            baseline=ph.head,
             repair=repair,
-            step=f"run{req.run_id}:repair:e{exp['id']}",
+            step=f"run{ph.req.run_id}:repair:e{exp['id']}",
         )
         if outcome.status == "patched":
-            report.repaired += 1
-            say(f"  repaired exp {exp['id']} ({stage}) as patch {outcome.patch_id}")
+            ph.report.repaired += 1
+            ph.say(f"  repaired exp {exp['id']} ({stage}) as patch {outcome.patch_id}")
         else:
-            report.failures.append(f"repair of exp {exp['id']} ({stage}): {outcome.reason}")
+            ph.report.failures.append(f"repair of exp {exp['id']} ({stage}): {outcome.reason}")
 
 
-def _ports(
-    ws: Workspace,
-    db: sqlite_utils.Database,
-    client: LLMClient,
-    req: ResearchRequest,
-    head: str,
-    report: ResearchReport,
-    say: Any,
-) -> None:
+def _ports(ph: _Phase) -> None:
     """Candidates a winner made conflict (the runner's `conflict`): the same change, ported onto
     the new baseline, as a new patch linked to the experiment."""
     from runner.research.patch_writer import write_patch
 
-    for exp in store.conflicts_to_port(db, req.run_id):
+    for exp in store.conflicts_to_port(ph.db, ph.req.run_id):
         hypothesis_id = exp["hypothesis_id"]
         assert hypothesis_id is not None  # store.conflicts_to_port joins on it
         outcome = write_patch(
-            ws,
-            db,
-            client,
+            ph.ws,
+            ph.db,
+            ph.client,
             hypothesis_id,
-            baseline=head,
+            baseline=ph.head,
             from_experiment=exp["id"],
-            step=f"run{req.run_id}:port:e{exp['id']}",
+            step=f"run{ph.req.run_id}:port:e{exp['id']}",
         )
         if outcome.status == "patched":
-            report.ported += 1
-            say(f"  ported exp {exp['id']} onto {head[:12]} as patch {outcome.patch_id}")
+            ph.report.ported += 1
+            ph.say(f"  ported exp {exp['id']} onto {ph.head[:12]} as patch {outcome.patch_id}")
         else:
-            report.failures.append(f"port of exp {exp['id']}: {outcome.reason or outcome.status}")
+            ph.report.failures.append(f"port of exp {exp['id']}: {outcome.reason or outcome.status}")
 
 
 # --- new hypotheses ----------------------------------------------------------------------------------
@@ -259,64 +265,50 @@ def learnt(db: sqlite_utils.Database, req: ResearchRequest) -> str:
     return "\n\n".join(parts)
 
 
-def _generate(
-    ws: Workspace,
-    db: sqlite_utils.Database,
-    client: LLMClient,
-    req: ResearchRequest,
-    head: str,
-    report: ResearchReport,
-    say: Any,
-) -> None:
+def _generate(ph: _Phase) -> None:
     from runner.hypotheses import set_status
     from runner.research.generate import generate
 
-    if len(runnable(db, require_approval=req.require_approval)) >= req.want:
+    req = ph.req
+    if ph.ready() >= req.want:
         return  # the miners, repairs and ports found enough
     made = generate(
-        ws,
-        db,
-        client,
+        ph.ws,
+        ph.db,
+        ph.client,
         n=min(20, max(2, 2 * req.want)),
         focus="; ".join(req.focus) or None,
-        learnt=learnt(db, req),
+        learnt=learnt(ph.db, req),
         step=f"run{req.run_id}:research{req.phase}",
         wave_id=req.last_wave_id,
     )
-    report.generated += len(made.added)
-    report.repeats += len(made.repeats)
+    ph.report.generated += len(made.added)
+    ph.report.repeats += len(made.repeats)
     if not req.require_approval:
         for hid in made.added:  # the autopilot approves its own ideas unless a person must
-            set_status(db, hid, "approved")
-    say(
+            set_status(ph.db, hid, "approved")
+    ph.say(
         f"  generated {len(made.added)} hypotheses"
         + (f" ({len(made.repeats)} repeats of ideas tried)" if made.repeats else "")
         + (f", {len(made.rejected)} rejected" if made.rejected else "")
     )
 
 
-def _patches(
-    ws: Workspace,
-    db: sqlite_utils.Database,
-    client: LLMClient,
-    req: ResearchRequest,
-    head: str,
-    report: ResearchReport,
-    say: Any,
-) -> None:
+def _patches(ph: _Phase) -> None:
     """Patches for hypotheses waiting for one, in queue order, until enough candidates are ready
     (a queue of thousands of mined hypotheses is not patched in one phase)."""
     from runner.research.patch_writer import pending, write_patch
 
-    waiting = pending(db, ws.settings, require_approval=req.require_approval)
-    for hid in waiting[: req.want + 2]:
-        if len(runnable(db, require_approval=req.require_approval)) >= req.want:
+    waiting = pending(ph.db, ph.ws.settings, require_approval=ph.req.require_approval)
+    for hid in waiting[: ph.req.want + 2]:
+        if ph.ready() >= ph.req.want:
             return
-        outcome = write_patch(ws, db, client, hid, baseline=head, step=f"run{req.run_id}:patch:h{hid}")
+        step = f"run{ph.req.run_id}:patch:h{hid}"
+        outcome = write_patch(ph.ws, ph.db, ph.client, hid, baseline=ph.head, step=step)
         if outcome.status == "patched":
-            report.patched += 1
+            ph.report.patched += 1
         elif outcome.status != "skipped":
-            report.failures.append(f"patch for #{hid}: {outcome.reason or outcome.status}")
+            ph.report.failures.append(f"patch for #{hid}: {outcome.reason or outcome.status}")
 
 
 # --- novelty -----------------------------------------------------------------------------------------
