@@ -12,7 +12,7 @@ from kb import gitrepo
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
-from kb.store.tables import ExperimentRow
+from kb.store.tables import ExperimentRow, RunRow
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -63,6 +63,8 @@ class RunnerCore:
         run = self._run()
         self.name: str = run["name"]
         self.started_at: float = run["started_at"]
+        # start_run creates every run it drives with its branch and baseline.
+        assert run["branch"] is not None and run["baseline_commit"] is not None
         self.branch: str = run["branch"]
         self.baseline: str = run["baseline_commit"]
         self.options = RunOptions.from_json(run["options"])
@@ -91,7 +93,7 @@ class RunnerCore:
         self._last_beat = 0.0
         self._budget_reason: str | None = None
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> RunRow:
         run = run_records.row(self.db, self.run_id)
         if run is None:
             raise UserError(f"run {self.run_id}: no such run")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kb.store.tables import DecisionRow
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.stats import cell_pct
 
@@ -114,7 +115,7 @@ class DecisionInfo:
     created_at: float
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> DecisionInfo:
+    def from_row(cls, row: DecisionRow) -> DecisionInfo:
         return cls(
             id=row["id"],
             experiment_id=row["experiment_id"],
@@ -131,7 +132,7 @@ class DecisionInfo:
             policy=parse_json(row["policy"]) or {},
             metrics=parse_json(row["metrics"]) or {},
             is_final=bool(row["is_final"]),
-            origin=row.get("origin") or "runner",
+            origin=row["origin"] or "runner",
             created_at=row["created_at"],
         )
 
