@@ -1,22 +1,34 @@
 """The history's read model: runs with their counts, waves, experiments joined to their wave,
 worker, hypothesis and winner, decisions, samples and events, as runner.record.history reads them.
 
-Rows come back as stored (plain mappings): runner.record.history turns each whole row into its
-typed record (RunInfo, ExperimentInfo, ...), which carry the runner's vocabulary kb does not import.
+Rows come back as stored, typed (a table's row from kb.store.tables, extended with the columns a
+read joins or counts): runner.record.history turns each into its record (RunInfo, ExperimentInfo,
+...), which carry the runner's vocabulary kb does not import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kb.store.decisions import latest_decision_id
-from kb.store.paging import one, rows
+from kb.store.paging import one, rows, shaped, shaped_one
+from kb.store.tables import DecisionRow, ExperimentRow, RunRow, WaveRow
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 # --- runs and waves ----------------------------------------------------------------------------
+
+
+class RunWithCounts(RunRow):
+    """A run with how many waves, experiments, kept experiments and winners it has."""
+
+    n_waves: int
+    n_experiments: int
+    n_kept: int
+    n_winners: int
+
 
 _RUN_SQL = """
 SELECT r.*,
@@ -28,17 +40,17 @@ FROM runs r
 """
 
 
-def run_rows(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+def run_rows(db: sqlite_utils.Database) -> list[RunWithCounts]:
     """Every run with its counts (n_waves, n_experiments, n_kept, n_winners), oldest first."""
-    return rows(db, _RUN_SQL + " ORDER BY r.id")
+    return shaped(db, RunWithCounts, _RUN_SQL + " ORDER BY r.id")
 
 
-def run_by_id(db: sqlite_utils.Database, run_id: int) -> dict[str, Any] | None:
-    return one(db, _RUN_SQL + " WHERE r.id = ?", [run_id])
+def run_by_id(db: sqlite_utils.Database, run_id: int) -> RunWithCounts | None:
+    return shaped_one(db, RunWithCounts, _RUN_SQL + " WHERE r.id = ?", [run_id])
 
 
-def run_by_name(db: sqlite_utils.Database, name: str) -> dict[str, Any] | None:
-    return one(db, _RUN_SQL + " WHERE r.name = ?", [name])
+def run_by_name(db: sqlite_utils.Database, name: str) -> RunWithCounts | None:
+    return shaped_one(db, RunWithCounts, _RUN_SQL + " WHERE r.name = ?", [name])
 
 
 def recent_run_names(db: sqlite_utils.Database, limit: int) -> list[str]:
@@ -46,10 +58,18 @@ def recent_run_names(db: sqlite_utils.Database, limit: int) -> list[str]:
     return [r["name"] for r in rows(db, "SELECT name FROM runs ORDER BY id DESC LIMIT ?", [limit])]
 
 
-def wave_rows(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+class WaveWithCounts(WaveRow):
+    """A wave with its experiment count (n) and kept count (k)."""
+
+    n: int
+    k: int
+
+
+def wave_rows(db: sqlite_utils.Database, run_id: int) -> list[WaveWithCounts]:
     """A run's waves in order, each with its experiment count (n) and kept count (k)."""
-    return rows(
+    return shaped(
         db,
+        WaveWithCounts,
         """SELECT w.*, (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id) AS n,
                   (SELECT count(*) FROM experiments e WHERE e.wave_id = w.id AND e.status = 'kept') AS k
            FROM waves w WHERE w.run_id = ? ORDER BY w.number""",
@@ -58,6 +78,19 @@ def wave_rows(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
 
 
 # --- experiments and decisions -----------------------------------------------------------------
+
+
+class LinkedExperiment(ExperimentRow):
+    """An experiment with its wave's number, worker's name, hypothesis (its own or its patch's) and
+    winner commit; each NULL where it has none."""
+
+    wave_number: int | None
+    worker_name: str | None
+    hyp_id: int | None
+    hyp_title: str | None
+    winner_commit: str | None
+    winner_patch_file: str | None
+
 
 _EXPERIMENT_SQL = """
 SELECT e.*, w.number AS wave_number, k.name AS worker_name,
@@ -72,8 +105,8 @@ LEFT JOIN winners x ON x.experiment_id = e.id
 """
 
 
-def _experiment_rows(db: sqlite_utils.Database, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-    return rows(db, _EXPERIMENT_SQL + f" WHERE {where} ORDER BY e.id", list(params))
+def _experiment_rows(db: sqlite_utils.Database, where: str, params: Sequence[Any]) -> list[LinkedExperiment]:
+    return shaped(db, LinkedExperiment, _EXPERIMENT_SQL + f" WHERE {where} ORDER BY e.id", list(params))
 
 
 def experiment_rows(
@@ -84,7 +117,7 @@ def experiment_rows(
     experiment_id: int | None = None,
     kinds: Sequence[str] | None = None,
     statuses: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[LinkedExperiment]:
     """Experiments in id order (all, or those matching every filter given), each with wave_number,
     worker_name, hyp_id and hyp_title (its own hypothesis or its patch's), winner_commit and
     winner_patch_file."""
@@ -103,7 +136,7 @@ def experiment_rows(
 
 def experiment_page_rows(
     db: sqlite_utils.Database, run_id: int, offset: int, limit: int
-) -> list[dict[str, Any]]:
+) -> list[LinkedExperiment]:
     """A run's experiments `offset` to `offset + limit` in id order, as `experiment_rows` gives them."""
     return _experiment_rows(
         db,
@@ -122,29 +155,29 @@ def experiment_count(db: sqlite_utils.Database, run_id: int) -> int:
 _LATEST_DECISIONS_SQL = "SELECT d.* FROM decisions d WHERE d.id = " + latest_decision_id("d.experiment_id")
 
 
-def latest_decision_rows(
-    db: sqlite_utils.Database, experiment_ids: Sequence[int]
-) -> dict[int, dict[str, Any]]:
+def latest_decision_rows(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionRow]:
     """The runner's last word on each experiment (its final decision, else its newest; re-analyses
-    never count), as raw `decisions` rows keyed by experiment id; experiments without one are left
-    out."""
-    out: dict[int, dict[str, Any]] = {}
+    never count), as whole `decisions` rows keyed by experiment id; experiments without one are
+    left out."""
+    out: dict[int, DecisionRow] = {}
     for start in range(0, len(experiment_ids), 500):  # SQLite caps bound parameters
         chunk = list(experiment_ids[start : start + 500])
         marks = ", ".join("?" for _ in chunk)
-        for row in rows(db, _LATEST_DECISIONS_SQL + f" AND d.experiment_id IN ({marks})", chunk):
+        for row in shaped(
+            db, DecisionRow, _LATEST_DECISIONS_SQL + f" AND d.experiment_id IN ({marks})", chunk
+        ):
             out[row["experiment_id"]] = row
     return out
 
 
 def decision_rows(
     db: sqlite_utils.Database, experiment_id: int, *, include_redecide: bool = True
-) -> list[dict[str, Any]]:
+) -> list[DecisionRow]:
     """Every decision recorded for an experiment, oldest first."""
     sql = "SELECT * FROM decisions WHERE experiment_id = ?"
     if not include_redecide:
         sql += " AND origin != 'redecide'"
-    return rows(db, sql + " ORDER BY id", [experiment_id])
+    return shaped(db, DecisionRow, sql + " ORDER BY id", [experiment_id])
 
 
 # --- samples and events ------------------------------------------------------------------------
@@ -182,10 +215,23 @@ def event_rows(
     return rows(db, sql + " ORDER BY id LIMIT ?", [*params, limit])
 
 
-def winner_rows(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+class TitledWinner(TypedDict):
+    """A winner (its row but the run) with its experiment's title, as history --json prints it."""
+
+    id: int
+    experiment_id: int
+    commit_sha: str
+    patch_file: str | None
+    position: int
+    created_at: float
+    title: str
+
+
+def winner_rows(db: sqlite_utils.Database, run_id: int) -> list[TitledWinner]:
     """A run's winners in stacking order with their experiment's title, as history --json prints them."""
-    return rows(
+    return shaped(
         db,
+        TitledWinner,
         """SELECT x.id, x.experiment_id, x.commit_sha, x.patch_file, x.position, x.created_at,
                   e.title
            FROM winners x JOIN experiments e ON e.id = x.experiment_id

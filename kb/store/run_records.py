@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
-from kb.store.paging import one, rows
+from kb.store.paging import one, rows, shaped, shaped_one
+from kb.store.tables import RunRow, WinnerRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -69,10 +70,10 @@ def update(db: sqlite_utils.Database, run_id: int, values: RunUpdate) -> None:
     update_row(db, "runs", run_id, values)
 
 
-def row(db: sqlite_utils.Database, run_id: int) -> dict[str, Any] | None:
+def row(db: sqlite_utils.Database, run_id: int) -> RunRow | None:
     """Every column of a run as stored: the loop's stages read its JSON columns (options, budget,
-    self_test, summary) themselves, so it stays a mapping."""
-    return one(db, "SELECT * FROM runs WHERE id = ?", [run_id])
+    self_test, summary) themselves."""
+    return shaped_one(db, RunRow, "SELECT * FROM runs WHERE id = ?", [run_id])
 
 
 @dataclass(frozen=True)
@@ -132,30 +133,56 @@ def imported_names(db: sqlite_utils.Database, prefix: str) -> list[str]:
     return [r["name"] for r in found]
 
 
-def winner_rows(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+class StackedWinner(TypedDict):
+    """A winner's place on its run's branch, as a run's summary carries it into its JSON."""
+
+    experiment_id: int
+    commit_sha: str
+    patch_file: str | None
+    position: int
+
+
+def winner_rows(db: sqlite_utils.Database, run_id: int) -> list[StackedWinner]:
     """The run's winners in stacking order, as a run's summary carries them into its JSON."""
-    return rows(
+    return shaped(
         db,
+        StackedWinner,
         "SELECT experiment_id, commit_sha, patch_file, position FROM winners "
         "WHERE run_id = ? ORDER BY position",
         [run_id],
     )
 
 
-def winners_with_patches(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+class WinnerPatch(WinnerRow):
+    """A winner with its patch's diff and its experiment's title."""
+
+    diff: str
+    title: str
+
+
+def winners_with_patches(db: sqlite_utils.Database, run_id: int) -> list[WinnerPatch]:
     """The run's winners in stacking order with their patch text and title (the final stage)."""
-    return rows(
+    return shaped(
         db,
+        WinnerPatch,
         "SELECT w.*, p.diff, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
         "JOIN patches p ON p.id = e.patch_id WHERE w.run_id = ? ORDER BY w.position",
         [run_id],
     )
 
 
-def winner_by_commit(db: sqlite_utils.Database, sha: str) -> dict[str, Any] | None:
+class CommittedExperiment(TypedDict):
+    """The experiment a winner commit came from: its id and title."""
+
+    experiment_id: int
+    title: str
+
+
+def winner_by_commit(db: sqlite_utils.Database, sha: str) -> CommittedExperiment | None:
     """The winner committed as `sha`, with its experiment's title."""
-    return one(
+    return shaped_one(
         db,
+        CommittedExperiment,
         "SELECT w.experiment_id, e.title FROM winners w JOIN experiments e ON e.id = w.experiment_id "
         "WHERE w.commit_sha = ?",
         [sha],

@@ -4,9 +4,10 @@ final stage read them are kb.store.run_records'."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from kb.store.paging import one
+from kb.store.paging import shaped_one
+from kb.store.tables import WinnerRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -21,10 +22,10 @@ class NewWinner(TypedDict):
     created_at: float
 
 
-def of_experiment(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
-    """Every column of the experiment's winner row, if it was committed: a winner record is built
-    from the whole row, so it stays a mapping."""
-    return one(db, "SELECT * FROM winners WHERE experiment_id = ?", [experiment_id])
+def of_experiment(db: sqlite_utils.Database, experiment_id: int) -> WinnerRow | None:
+    """Every column of the experiment's winner row, if it was committed (a winner record is built
+    from the whole row)."""
+    return shaped_one(db, WinnerRow, "SELECT * FROM winners WHERE experiment_id = ?", [experiment_id])
 
 
 def create(db: sqlite_utils.Database, winner: NewWinner) -> int:

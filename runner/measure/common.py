@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import sqlite_utils
 
+from kb.store.run_records import StackedWinner
 from kb.vocabulary import EXPERIMENT_FINAL, EXPERIMENT_LIVE
 from kb.workspace import Workspace
 from runner import stats
@@ -101,12 +102,12 @@ class RunSummary:
     run_id: int
     name: str
     status: str
-    branch: str
-    baseline_commit: str
-    head_commit: str
+    branch: str | None
+    baseline_commit: str | None
+    head_commit: str | None
     self_test: dict[str, Any] | None
     experiments: list[dict[str, Any]] = field(default_factory=list)
-    winners: list[dict[str, Any]] = field(default_factory=list)
+    winners: list[StackedWinner] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     error: str | None = None
     stop_reason: str | None = None

@@ -12,7 +12,7 @@ from kb import gitrepo
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
-from kb.store.tables import ExperimentRow, PatchRow
+from kb.store.tables import ExperimentRow, PatchRow, RunRow
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -64,6 +64,8 @@ class RunnerCore:
         run = self._run()
         self.name: str = run["name"]
         self.started_at: float = run["started_at"]
+        # start_run creates every run it drives with its branch and baseline.
+        assert run["branch"] is not None and run["baseline_commit"] is not None
         self.branch: str = run["branch"]
         self.baseline: str = run["baseline_commit"]
         self.options = RunOptions.from_json(run["options"])
@@ -94,7 +96,7 @@ class RunnerCore:
         """The budget found spent (budget_minutes, budget_usd, max_experiments; its words without
         "budget: "): running batches finish, nothing new starts."""
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> RunRow:
         run = run_records.row(self.db, self.run_id)
         if run is None:
             raise UserError(f"run {self.run_id}: no such run")

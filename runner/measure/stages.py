@@ -10,6 +10,7 @@ from kb import gitrepo
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, run_records, waves
+from kb.store.run_records import WinnerPatch
 from kb.store.tables import ExperimentRow, WaveRow
 from kb.vocabulary import SELF_TEST_STATUSES
 from runner.harness import patchpaths
@@ -247,7 +248,7 @@ class Stages(Researching):
             # The trees each ablation measures: the other winners applied onto the original
             # baseline (git objects only). Then all the experiments at once, so a runner killed
             # here never leaves a stack without its ablations.
-            bases: list[tuple[dict[str, Any], str | None]] = []
+            bases: list[tuple[WinnerPatch, str | None]] = []
             if len(winners) >= 2:
                 for left_out in winners:
                     base: str | None = self.baseline

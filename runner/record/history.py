@@ -20,6 +20,8 @@ import sqlite_utils
 from kb.errors import UserError
 from kb.store import history as store
 from kb.store import samples as sample_store
+from kb.store.history import LinkedExperiment, RunWithCounts, TitledWinner
+from kb.store.tables import DecisionRow
 
 # The typed rows live in runner/record/model.py (below this module, winners and sources);
 # re-exported because every caller knows them from here.
@@ -39,7 +41,7 @@ from runner.record.sources import source_refs
 # --- runs and waves ----------------------------------------------------------------------------
 
 
-def _run(row: dict[str, Any]) -> RunInfo:
+def _run(row: RunWithCounts) -> RunInfo:
     return RunInfo(
         id=row["id"],
         name=row["name"],
@@ -64,7 +66,7 @@ def _run(row: dict[str, Any]) -> RunInfo:
         experiments=row["n_experiments"],
         kept=row["n_kept"],
         winners=row["n_winners"],
-        stop_reason=row.get("stop_reason"),
+        stop_reason=row["stop_reason"],
     )
 
 
@@ -108,10 +110,8 @@ def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
 # --- experiments and decisions -----------------------------------------------------------------
 
 
-def latest_decision_rows(
-    db: sqlite_utils.Database, experiment_ids: Sequence[int]
-) -> dict[int, dict[str, Any]]:
-    """The runner's last word on each experiment (see the module doc), as raw `decisions` rows
+def latest_decision_rows(db: sqlite_utils.Database, experiment_ids: Sequence[int]) -> dict[int, DecisionRow]:
+    """The runner's last word on each experiment (see the module doc), as whole `decisions` rows
     keyed by experiment id; experiments without one are left out."""
     return store.latest_decision_rows(db, experiment_ids)
 
@@ -125,7 +125,7 @@ def _sources_by_hypothesis(db: sqlite_utils.Database, ids: set[int]) -> dict[int
 
 
 def _experiments(
-    db: sqlite_utils.Database, found: list[dict[str, Any]], *, with_sources: bool = True
+    db: sqlite_utils.Database, found: list[LinkedExperiment], *, with_sources: bool = True
 ) -> list[ExperimentInfo]:
     """Typed experiments from `kb.store.history.experiment_rows`' rows, with their decisions."""
     decisions = _latest_decisions(db, [r["id"] for r in found])
@@ -277,7 +277,7 @@ def events(
 # --- the JSON the CLI prints -------------------------------------------------------------------
 
 
-def winners(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
+def winners(db: sqlite_utils.Database, run_id: int) -> list[TitledWinner]:
     return store.winner_rows(db, run_id)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from kb.store.decisions import Decision
+from kb.store.tables import DecisionRow
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.stats import cell_pct
 
@@ -94,49 +96,41 @@ class WaveInfo:
 
 
 @dataclass(frozen=True)
-class DecisionInfo:
-    id: int
-    experiment_id: int
-    verdict: str
-    metric: str
-    effect: float | None
-    ci_low: float | None
-    ci_high: float | None
-    pairs: int
-    p_value: float | None
-    q_value: float | None
-    noise: float | None
-    reason: str | None
-    policy: dict[str, Any]
-    metrics: dict[str, Any]
-    is_final: bool
-    origin: str
-    created_at: float
+class DecisionInfo(Decision):
+    """A decision as the record shows it: the stored row's columns (kb.store.decisions.Decision,
+    declared there once) with the numbers finite or None, is_final a bool and origin `runner` when
+    empty, plus its two JSON columns decoded (policy and metrics keep their stored text)."""
+
+    decoded_policy: dict[str, Any]
+    """The policy column decoded: {} when NULL or unreadable."""
+    decoded_metrics: dict[str, Any]
+    """The metrics column decoded (each metric's result by name): {} when NULL or unreadable."""
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> DecisionInfo:
-        return cls(
-            id=row["id"],
-            experiment_id=row["experiment_id"],
-            verdict=row["verdict"],
-            metric=row["metric"],
+    def from_row(cls, row: DecisionRow) -> DecisionInfo:
+        """The one way a stored decisions row becomes a DecisionInfo."""
+        stored = replace(
+            Decision(**row),
             effect=finite(row["effect"]),
             ci_low=finite(row["ci_low"]),
             ci_high=finite(row["ci_high"]),
-            pairs=row["pairs"],
             p_value=finite(row["p_value"]),
             q_value=finite(row["q_value"]),
             noise=finite(row["noise"]),
-            reason=row["reason"],
-            policy=parse_json(row["policy"]) or {},
-            metrics=parse_json(row["metrics"]) or {},
             is_final=bool(row["is_final"]),
-            origin=row.get("origin") or "runner",
-            created_at=row["created_at"],
+            origin=row["origin"] or "runner",
+        )
+        return cls(
+            **vars(stored),
+            decoded_policy=parse_json(row["policy"]) or {},
+            decoded_metrics=parse_json(row["metrics"]) or {},
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The row's columns in their order, the JSON ones decoded, then `ci`."""
         out = asdict(self)
+        out["policy"] = out.pop("decoded_policy")
+        out["metrics"] = out.pop("decoded_metrics")
         out["ci"] = [self.ci_low, self.ci_high]
         return out
 
@@ -201,7 +195,7 @@ class ExperimentInfo:
         """The effect as a difference (candidate − baseline, positive = better) where the decision
         judged on that scale: an imported line whose values of 0 or below leave no ratio."""
         d = self.decision
-        entry = d.metrics.get(d.metric) if d is not None and d.effect is None else None
+        entry = d.decoded_metrics.get(d.metric) if d is not None and d.effect is None else None
         if isinstance(entry, dict) and entry.get("scale") == "difference":
             return finite(entry.get("difference"))
         return None

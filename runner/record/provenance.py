@@ -22,7 +22,8 @@ from kb.store import hypotheses as hypothesis_store
 from kb.store import provenance as store
 from kb.store import run_records, waves
 from kb.store import winners as winner_store
-from kb.store.tables import ExperimentRow, HypothesisRow, PatchRow, WaveRow
+from kb.store.provenance import CitedEvidence
+from kb.store.tables import DecisionRow, ExperimentRow, HypothesisRow, PatchRow, RunRow, WaveRow
 from runner.record.history import latest_decision_rows, parse_json
 from runner.record.sources import evidence_refs, evidence_rows, location, source_refs
 
@@ -30,18 +31,18 @@ from runner.record.sources import evidence_refs, evidence_rows, location, source
 @dataclass(frozen=True)
 class Chain:
     experiment: ExperimentRow
-    run: dict[str, Any]
+    run: RunRow
     wave: WaveRow | None
     patch: PatchRow | None
     hypothesis: HypothesisRow | None
-    decision: dict[str, Any] | None
+    decision: DecisionRow | None
 
 
-def keep_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
+def keep_decision(db: sqlite_utils.Database, experiment_id: int) -> DecisionRow | None:
     return store.keep_decision(db, experiment_id)
 
 
-def final_decision(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any] | None:
+def final_decision(db: sqlite_utils.Database, experiment_id: int) -> DecisionRow | None:
     """The runner's last word on an experiment: its final decision, else its latest one."""
     return latest_decision_rows(db, [experiment_id]).get(experiment_id)
 
@@ -85,7 +86,7 @@ def _resolve_ref(db: sqlite_utils.Database, ref: str) -> dict[str, Any]:
     return out
 
 
-def _evidence_json(ev: dict[str, Any]) -> dict[str, Any]:
+def _evidence_json(ev: CitedEvidence) -> dict[str, Any]:
     return {
         "id": ev["id"],
         "kind": ev["kind"],
@@ -242,10 +243,15 @@ def led_to(
         return {"hypotheses": [], "experiments": []}
     ordered = sorted(hyp_ids)
     hypotheses = store.hypothesis_summaries(db, ordered)
-    experiments = store.experiments_of_hypotheses(db, ordered)
-    for exp in experiments:
+    experiments: list[dict[str, Any]] = []
+    for exp in store.experiments_of_hypotheses(db, ordered):
         d = final_decision(db, exp["id"])
-        exp["effect"] = d["effect"] if d else None
-        exp["ci"] = [d["ci_low"], d["ci_high"]] if d else [None, None]
-        exp["pairs"] = d["pairs"] if d else 0
+        experiments.append(
+            {
+                **exp,
+                "effect": d["effect"] if d else None,
+                "ci": [d["ci_low"], d["ci_high"]] if d else [None, None],
+                "pairs": d["pairs"] if d else 0,
+            }
+        )
     return {"hypotheses": hypotheses, "experiments": experiments}

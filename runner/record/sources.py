@@ -11,11 +11,10 @@ modules, importing none of them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlite_utils
 
 from kb.store import provenance as store
+from kb.store.provenance import CitedEvidence, SuggestingWave
 from runner.record.model import parse_json
 
 
@@ -23,16 +22,16 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def suggesting_wave(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any] | None:
+def suggesting_wave(db: sqlite_utils.Database, hypothesis_id: int) -> SuggestingWave | None:
     """The wave whose post-mortem the autopilot read when it proposed this hypothesis, if any."""
     return store.suggesting_wave(db, hypothesis_id)
 
 
-def evidence_rows(db: sqlite_utils.Database, hypothesis_id: int) -> list[dict[str, Any]]:
+def evidence_rows(db: sqlite_utils.Database, hypothesis_id: int) -> list[CitedEvidence]:
     return store.evidence_rows(db, hypothesis_id)
 
 
-def evidence_refs(ev: dict[str, Any]) -> list[str]:
+def evidence_refs(ev: CitedEvidence) -> list[str]:
     kind = ev["kind"]
     if kind == "passage":
         url = ev["canonical_url"] or ev["source_url"]
@@ -45,7 +44,7 @@ def evidence_refs(ev: dict[str, Any]) -> list[str]:
     return [f"evidence:{ev['id']}"]
 
 
-def location(ev: dict[str, Any]) -> str:
+def location(ev: CitedEvidence) -> str:
     """Where to look: URL with section, repo@sha with files, or file:line@sha."""
     meta = parse_json(ev["meta"]) or {}
     if ev["kind"] == "passage":

@@ -23,6 +23,7 @@ from kb.db import log_event, transaction
 from kb.errors import UserError
 from kb.store import run_records
 from kb.store import winners as winner_store
+from kb.store.tables import WinnerRow
 from kb.store.winners import NewWinner
 from runner.harness.patchpaths import ProtectedPath, check_commit, protected_paths
 from runner.record.model import FINISHED_STATUSES, parse_json
@@ -77,23 +78,28 @@ class WinnerRecord:
 
 
 def _result(chain: Chain) -> dict[str, Any]:
-    d = chain.decision or {}
-    policy = parse_json(d.get("policy")) or parse_json(chain.run["policy"]) or {}
+    d = chain.decision
+    policy = parse_json(d["policy"] if d else None) or parse_json(chain.run["policy"]) or {}
 
     def num(x: Any) -> float | None:
         return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
 
     return {
-        "metric": d.get("metric"),
+        "metric": d["metric"] if d else None,
         "direction": policy.get("direction") if isinstance(policy, dict) else None,
-        "effect": num(d.get("effect")),
-        "ci": [num(d.get("ci_low")), num(d.get("ci_high"))],
-        "pairs": d.get("pairs"),
-        "p": num(d.get("p_value")),
-        "q": num(d.get("q_value")),
-        "noise": num(d.get("noise")),
-        "metrics": parse_json(d.get("metrics")) or {},
+        "effect": num(d["effect"]) if d else None,
+        "ci": [num(d["ci_low"]), num(d["ci_high"])] if d else [None, None],
+        "pairs": d["pairs"] if d else None,
+        "p": num(d["p_value"]) if d else None,
+        "q": num(d["q_value"]) if d else None,
+        "noise": num(d["noise"]) if d else None,
+        "metrics": (parse_json(d["metrics"]) if d else None) or {},
     }
+
+
+def _decided_at(chain: Chain) -> float | None:
+    """When the chain's decision was recorded, if it has one (a winner's date)."""
+    return chain.decision["created_at"] if chain.decision else None
 
 
 def _pct(x: float | None) -> str:
@@ -200,18 +206,14 @@ def _export_patch(ws: Workspace, repo: git.Repo, sha: str, title: str) -> Path:
 
 def _commit_env(chain: Chain) -> dict[str, str]:
     """Author, committer and date fixed by the decision, so the commit is reproducible."""
-    stamp = (
-        (chain.decision or {}).get("created_at")
-        or chain.experiment["ended_at"]
-        or chain.experiment["created_at"]
-    )
+    stamp = _decided_at(chain) or chain.experiment["ended_at"] or chain.experiment["created_at"]
     date = f"@{int(stamp)} +0000"
     return gitrepo.identity_env(date)
 
 
 def _record(
     ws: Workspace,
-    row: dict[str, Any],
+    row: WinnerRow,
     chain: Chain,
     sources: list[str],
     result: dict[str, Any],
@@ -219,6 +221,7 @@ def _record(
     created: bool,
 ) -> WinnerRecord:
     hyp = chain.hypothesis
+    assert row["patch_file"] is not None  # commit_winner records every winner with its patch file
     return WinnerRecord(
         id=row["id"],
         run_id=row["run_id"],
@@ -329,9 +332,9 @@ def commit_winner(ws: Workspace, db: sqlite_utils.Database, experiment_id: int) 
                 "commit_sha": sha,
                 "patch_file": str(path.relative_to(ws.root)),
                 "position": position,
-                "created_at": (chain.decision or {}).get("created_at") or exp["created_at"],
+                "created_at": _decided_at(chain) or exp["created_at"],
             }
-            row: dict[str, Any] = {**new, "id": winner_store.create(db, new)}
+            row: WinnerRow = {**new, "id": winner_store.create(db, new)}
             head_now = gitrepo.branch_head(repo, branch)
             run_records.update(db, run["id"], {"head_commit": head_now, "branch": branch})
             log_event(

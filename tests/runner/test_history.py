@@ -105,6 +105,45 @@ def test_a_page_of_experiments_is_a_slice_of_the_whole_list(finished_history: Hi
     }
 
 
+def test_a_decision_record_is_its_stored_row_with_the_json_decoded(finished_history: HistoryFixture) -> None:
+    """DecisionInfo carries the store's Decision (the decisions row's columns, declared once) and
+    prints the JSON it always printed: the row's columns in their order, policy and metrics decoded,
+    is_final a bool, then ci."""
+    from kb.store.decisions import Decision
+
+    h = finished_history
+    db = h.db()
+    exp = history.experiment(db, h.exp["fuse"])
+    d = exp.decision
+    assert isinstance(d, Decision) and d.is_final is True
+    stored = history.latest_decision_rows(db, [exp.id])[exp.id]
+    assert d.policy == stored["policy"] and d.decoded_policy == json.loads(stored["policy"] or "{}")
+    assert d.metrics == stored["metrics"] and d.decoded_metrics == json.loads(stored["metrics"] or "{}")
+    out = d.to_json()
+    assert list(out) == [
+        "id",
+        "experiment_id",
+        "verdict",
+        "metric",
+        "effect",
+        "ci_low",
+        "ci_high",
+        "pairs",
+        "p_value",
+        "q_value",
+        "noise",
+        "reason",
+        "policy",
+        "metrics",
+        "is_final",
+        "origin",
+        "created_at",
+        "ci",
+    ]
+    assert out["policy"] == d.decoded_policy and out["metrics"] == d.decoded_metrics
+    assert out["is_final"] is True and out["ci"] == [d.ci_low, d.ci_high]
+
+
 def test_the_stores_decision_rule_is_historys(tmp_path: Path) -> None:
     """kb/store's decision of an experiment is history's (the reference): runner runs, an imported
     run, and re-analyses saved after every decision, which never count."""

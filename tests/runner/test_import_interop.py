@@ -253,7 +253,7 @@ def test_zero_values_are_samples_judged_as_differences(ws: Workspace, tmp_path: 
     assert samples_of(db, last.id) == [("A", "failures", 2.0), ("B", "failures", 0.0)]
     assert last.decision is not None and last.effect is None and last.difference == 2.0
     assert "difference scale" in (last.decision.reason or "")
-    assert last.decision.metrics["failures"] == {
+    assert last.decision.decoded_metrics["failures"] == {
         "candidate": 0.0,
         "baseline": 2.0,
         "scale": "difference",
