@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kb.store.decisions import latest_decision_id
 from kb.store.paging import one, rows, shaped, shaped_one
-from kb.store.tables import DecisionRow, ExperimentRow, RunRow, WaveRow
+from kb.store.tables import DecisionRow, EventRow, ExperimentRow, RunRow, WaveRow
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -183,16 +183,25 @@ def decision_rows(
 # --- samples and events ------------------------------------------------------------------------
 
 
-def sample_rows(
-    db: sqlite_utils.Database, experiment_id: int, metric: str | None = None
-) -> list[dict[str, Any]]:
+class RawSample(TypedDict):
+    """One sample as measured: its pair, side, metric, place in the invocation and value."""
+
+    pair: int
+    side: str
+    metric: str
+    seq: int
+    value: float
+    created_at: float
+
+
+def sample_rows(db: sqlite_utils.Database, experiment_id: int, metric: str | None = None) -> list[RawSample]:
     """Raw samples (pair, side, metric, seq, value, created_at) in measurement order."""
     sql = "SELECT pair, side, metric, seq, value, created_at FROM samples WHERE experiment_id = ?"
     params: list[Any] = [experiment_id]
     if metric is not None:
         sql += " AND metric = ?"
         params.append(metric)
-    return rows(db, sql + " ORDER BY pair, side, metric, seq", params)
+    return shaped(db, RawSample, sql + " ORDER BY pair, side, metric, seq", params)
 
 
 def event_rows(
@@ -202,7 +211,7 @@ def event_rows(
     experiment_id: int | None = None,
     after_id: int = 0,
     limit: int = 500,
-) -> list[dict[str, Any]]:
+) -> list[EventRow]:
     """Events after `after_id` in order, of a run or an experiment if given."""
     sql = "SELECT * FROM events WHERE id > ?"
     params: list[Any] = [after_id]
@@ -212,7 +221,7 @@ def event_rows(
     if experiment_id is not None:
         sql += " AND experiment_id = ?"
         params.append(experiment_id)
-    return rows(db, sql + " ORDER BY id LIMIT ?", [*params, limit])
+    return shaped(db, EventRow, sql + " ORDER BY id LIMIT ?", [*params, limit])
 
 
 class TitledWinner(TypedDict):
