@@ -19,9 +19,14 @@ class LiteratureResearch:
     one is configured, else a plain summary) becomes a KB note the next research phase reads; when
     the autopilot needs candidates, a research phase (runner/research/phase.py)."""
 
-    def __init__(self, *, model: str | None = None, api_base: str | None = None) -> None:
+    def __init__(
+        self, *, model: str | None = None, api_base: str | None = None, queue_protected: bool = False
+    ) -> None:
         self.model = model
         self.api_base = api_base
+        self.queue_protected = queue_protected
+        """The miners also queue fork commits that touch a protected path, for the runner to refuse
+        on the record (the demo shows that refusal); the loop's own research skips them."""
 
     def after_wave(self, ws: Workspace, db: sqlite_utils.Database, wave_id: int) -> int | None:
         from runner.research.reflection import reflect_on_wave  # the model's client, on use
@@ -31,7 +36,7 @@ class LiteratureResearch:
     def research(self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest) -> ResearchReport:
         from runner.research.phase import research_phase
 
-        return research_phase(ws, db, request)
+        return research_phase(ws, db, request, queue_protected=self.queue_protected)
 
 
 def start(ws: Workspace, options: RunOptions, progress: Progress | None = None) -> Runner:

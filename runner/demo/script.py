@@ -36,9 +36,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from kb.workspace import Workspace
-    from runner.autopilot import LiteratureResearch
     from runner.measure.run import Runner
-    from runner.research_io import ResearchReport, ResearchRequest
 
 
 class _Stages:
@@ -193,8 +191,11 @@ def _inventory(ws: Workspace, db: sqlite_utils.Database, say: DemoProgress) -> l
 
 
 def _start(ws: Workspace, options: DemoOptions, name: str, say: DemoProgress) -> Runner:
-    """The run with the autopilot on, wired as runner.autopilot.start wires it, with the demo's
-    research stage (_DemoResearch)."""
+    """The run with the autopilot on, wired as runner.autopilot.start wires it, except that each
+    exploring research phase's miners also queue a fork commit that touches a protected path (the
+    benchmark), so that the runner refuses it on the record; the loop's own miners skip such a
+    commit."""
+    from runner.autopilot import LiteratureResearch
     from runner.measure.run import RunOptions, start_run
 
     run_options = RunOptions(
@@ -206,37 +207,5 @@ def _start(ws: Workspace, options: DemoOptions, name: str, say: DemoProgress) ->
         model=options.model,
         api_base=options.api_base,
     )
-    research = _demo_research(model=options.model, api_base=options.api_base)
+    research = LiteratureResearch(model=options.model, api_base=options.api_base, queue_protected=True)
     return start_run(ws, run_options, lambda line: say("run", "  " + line), research=research)
-
-
-def _demo_research(*, model: str | None, api_base: str | None) -> LiteratureResearch:
-    """The autopilot's research stage (runner.autopilot.LiteratureResearch) with one addition:
-    each exploring phase's miners also queue a fork commit that touches a protected path (the
-    benchmark), so that the runner refuses it on the record; the loop's own miners skip such a
-    commit. What they add counts in the phase's `mined`."""
-    from runner.autopilot import LiteratureResearch
-
-    class DemoResearch(LiteratureResearch):
-        def research(
-            self, ws: Workspace, db: sqlite_utils.Database, request: ResearchRequest
-        ) -> ResearchReport:
-            from runner.research.miners import mine
-            from runner.research_io import ResearchReport
-
-            added, failures = 0, []
-            if request.explore:
-                try:
-                    found = mine(ws, db, queue_protected=True)
-                    added = len(found.gap_added) + len(found.fork_added)
-                except UserError as exc:
-                    failures.append(f"miners: {exc}")
-            try:
-                report = super().research(ws, db, request)
-            except Exception as exc:  # the loop would record this too, without what was mined
-                report = ResearchReport(failures=[f"{type(exc).__name__}: {exc}"])
-            report.mined += added
-            report.failures[:0] = failures
-            return report
-
-    return DemoResearch(model=model, api_base=api_base)

@@ -64,12 +64,16 @@ class _Phase:
         return len(runnable(self.db, require_approval=self.req.require_approval, limit=self.req.want))
 
 
-def research_phase(ws: Workspace, db: sqlite_utils.Database, req: ResearchRequest) -> ResearchReport:
+def research_phase(
+    ws: Workspace, db: sqlite_utils.Database, req: ResearchRequest, *, queue_protected: bool = False
+) -> ResearchReport:
+    """`queue_protected`: the miners also queue fork commits that touch a protected path (for the
+    runner to refuse on the record: the demo)."""
     report = ResearchReport()
     say = req.progress or (lambda _line: None)
     first_call = _last_call_id(db)
     if req.explore:
-        _mine(ws, db, report)
+        _mine(ws, db, report, queue_protected=queue_protected)
     settings = ws.settings
     if req.model or settings.llm.model:
         from runner.llm import LLMError, client_for
@@ -115,11 +119,11 @@ def _run_head(ws: Workspace, db: sqlite_utils.Database, run_id: int) -> str:
     return head or str(run["baseline_commit"])
 
 
-def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport) -> None:
+def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport, *, queue_protected: bool) -> None:
     from runner.research.miners import mine
 
     try:
-        mined = mine(ws, db)
+        mined = mine(ws, db, queue_protected=queue_protected)
     except UserError as exc:
         report.failures.append(f"miners: {exc}")
         return
