@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -306,6 +306,17 @@ class AutoresearchApp(App[None]):
         )
         yield SystemCommand("Resume the paused run", "Start new experiments again", self._steer("resume"))
         yield SystemCommand("Stop the run", "Cancel running experiments and end the run", self._steer("stop"))
+        for title, help_text, action in (
+            (
+                "Focus the research",
+                "A direction for the next research phases (f on the fleet)",
+                "note('focus')",
+            ),
+            ("Avoid in the research", "A direction the research should leave alone (v)", "note('avoid')"),
+            ("Approval on/off", "Generated hypotheses wait for a person, or not (a)", "toggle_approval"),
+            ("Change the run's budget", "Minutes and dollars; raise it to go on (b)", "budget"),
+        ):
+            yield SystemCommand(title, help_text, self._on_fleet(action))
         yield SystemCommand(
             "Mine hypotheses",
             "autoresearch hypotheses mine (fusion gaps, fork commits)",
@@ -319,6 +330,18 @@ class AutoresearchApp(App[None]):
     def _go(self, mode: str) -> Callable[[], None]:
         def go() -> None:
             self.switch_mode(mode)
+
+        return go
+
+    def _on_fleet(self, action: str) -> Callable[[], Awaitable[None]]:
+        """A fleet-pane action from anywhere: go to the fleet pane, then run it there."""
+
+        async def go() -> None:
+            from tui.screens.fleet import FleetScreen
+
+            await self.switch_mode("fleet")
+            if isinstance(self.screen, FleetScreen):
+                await self.screen.run_when_loaded(action)
 
         return go
 

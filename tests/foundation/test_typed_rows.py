@@ -24,9 +24,10 @@ def _returns(path: Path) -> list[tuple[str, int, str]]:
     tree = ast.parse(path.read_text(), str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            if node.returns is not None:
-                found.append((node.name, node.lineno, ast.unparse(node.returns)))
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.name.startswith("_"):
+            continue
+        if node.returns is not None:
+            found.append((node.name, node.lineno, ast.unparse(node.returns)))
     return found
 
 

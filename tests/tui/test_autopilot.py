@@ -253,3 +253,67 @@ def test_the_research_log_in_the_data_layer(tui_ws: Path, tui_template: TuiFixtu
     assert snap.approval is True  # the run set none: the config's default decides
     running = [str(c) for c in research_cells(snap.research[0])]
     assert running[0] == "3" and running[-1] == "researching…"
+
+
+@async_test
+async def test_the_budget_key_sends_the_new_budget(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
+    from tui.screens.dialogs import BudgetScreen
+
+    run_id = tui_template.live.run_id
+    app = app_on(tui_ws, pane="fleet")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("b")
+        assert isinstance(app.screen, BudgetScreen)
+        await pilot.press("ctrl+s")  # nothing given: refused in the dialog
+        error = app.screen.query_one("#budget-error", Static)
+        assert "give minutes, dollars or both" in str(error.render())
+        app.screen.query_one("#budget-usd", Input).value = "-3"
+        await pilot.press("ctrl+s")
+        assert "USD '-3': must be positive" in str(error.render())
+        app.screen.query_one("#budget-usd", Input).value = "2.5"
+        app.screen.query_one("#budget-minutes", Input).value = "90"
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert isinstance(app.screen, FleetScreen)
+    assert commands(tui_ws) == [
+        {
+            "kind": "budget",
+            "target_kind": "run",
+            "target_id": run_id,
+            "args": {"minutes": 90.0, "usd": 2.5},
+            "status": "pending",
+        }
+    ]
+
+
+@async_test
+async def test_the_palette_steers_the_research_from_any_pane(
+    app_on: AppFactory, tui_ws: Path, tui_template: TuiFixture
+) -> None:
+    """The focus, avoid, approval and budget steering are commands of the palette too: from the
+    knowledge pane one goes to the fleet pane and opens its dialog there."""
+    app = app_on(tui_ws, pane="knowledge")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in (
+            "Focus the research",
+            "Avoid in the research",
+            "Approval on/off",
+            "Change the run's budget",
+        ):
+            assert title in titles
+        focus = next(c for c in app.get_system_commands(app.screen) if c.title == "Focus the research")
+        await focus.callback()
+        await settle(pilot)
+        assert isinstance(app.screen, NoteScreen)
+        app.screen.query_one("#note-text", Input).value = "fewer threads"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, FleetScreen)
+    assert [(c["kind"], c["target_id"], c["args"]) for c in commands(tui_ws)] == [
+        ("focus", tui_template.live.run_id, {"text": "fewer threads"})
+    ]

@@ -1,4 +1,4 @@
-"""Dialogs: a yes/no confirmation, a one-line steering note, and the start-run form."""
+"""Dialogs: a yes/no confirmation, a one-line steering note, a run's budget and the start-run form."""
 
 from __future__ import annotations
 
@@ -70,6 +70,79 @@ class NoteScreen(AppModal):
             )
             return
         self.dismiss(text)
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_send()
+
+    @on(Button.Pressed, "#send")
+    def send_pressed(self) -> None:
+        self.action_send()
+
+    @on(Button.Pressed, "#cancel")
+    def cancel_pressed(self) -> None:
+        self.dismiss(None)
+
+
+def positive(text: str, label: str) -> float | None:
+    """A form field as a positive number (None when empty); ValueError naming the field."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"{label} {text!r}: must be a number") from None
+    if not number > 0 or number == float("inf"):
+        raise ValueError(f"{label} {text!r}: must be positive")
+    return number
+
+
+class BudgetScreen(AppModal):
+    """A run's new budget (`autoresearch steer budget`): minutes from its start, dollars for machines
+    and the model together; an empty field keeps that budget as it is."""
+
+    BINDINGS = [Binding("ctrl+s", "send", "Send", priority=True)]
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="budget"):
+            yield Static(Text("The run's budget (raise it to let a spent budget go on)", style="bold"))
+            if self.detail:
+                yield Static(Text(self.detail, style="grey70"))
+            with Grid(id="run-form"):
+                yield Label("Minutes")
+                yield Input(
+                    placeholder="from the run's start; empty: as it is", id="budget-minutes", compact=True
+                )
+                yield Label("USD")
+                yield Input(placeholder="machines and model; empty: as it is", id="budget-usd", compact=True)
+            yield Static(id="budget-error")
+            with Horizontal(id="buttons"):
+                yield Button("Send (ctrl+s)", id="send", variant="primary", compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
+
+    def budget(self) -> dict[str, float]:
+        """The form as the command's args; raises ValueError naming the bad field."""
+        given = {
+            key: value
+            for key, label in (("minutes", "Minutes"), ("usd", "USD"))
+            if (value := positive(self.query_one(f"#budget-{key}", Input).value, label)) is not None
+        }
+        if not given:
+            raise ValueError("give minutes, dollars or both (esc cancels)")
+        return given
+
+    def action_send(self) -> None:
+        try:
+            args = self.budget()
+        except ValueError as exc:
+            self.query_one("#budget-error", Static).update(Text(str(exc), style="bold red"))
+            return
+        self.dismiss(args)
 
     @on(Input.Submitted)
     def submitted(self) -> None:

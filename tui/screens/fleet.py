@@ -17,7 +17,7 @@ from tui import data
 from tui.format import clip, duration
 from tui.messages import FleetRefreshed
 from tui.screens.base import AppScreen
-from tui.screens.dialogs import ConfirmScreen, NoteScreen, StartRunScreen
+from tui.screens.dialogs import BudgetScreen, ConfirmScreen, NoteScreen, StartRunScreen
 from tui.screens.log import LogScreen
 from tui.spawn import RunRequest
 from tui.widgets.common import cell, fit_columns, right, status_cell
@@ -38,6 +38,7 @@ class FleetScreen(AppScreen):
         Binding("f", "note('focus')", "Focus the research", show=False),
         Binding("v", "note('avoid')", "Avoid in the research", show=False),
         Binding("a", "toggle_approval", "Approval on/off", show=False),
+        Binding("b", "budget", "Budget of the run", show=False),
         Binding("x", "cancel_experiment", "Cancel"),
         Binding("l", "open_log", "Log"),
         Binding("c", "copy_id", "Copy id", show=False),
@@ -48,6 +49,8 @@ class FleetScreen(AppScreen):
         self.snapshot: data.FleetSnapshot | None = None
         self.selected: int | None = None
         self.requested_at: float | None = None
+        self.deferred: str | None = None
+        """An action asked for before the first snapshot arrived (from the palette): run then."""
         self.last_refresh: float | None = None
         """Seconds from asking for a refresh to the pane showing it (the benchmark reads it)."""
         self.refreshes = 0
@@ -167,6 +170,9 @@ class FleetScreen(AppScreen):
         exps.border_title = f"Experiments: {live} live, latest finished below"
         self.show_tail(message.tail, message.tail_of)
         self.refreshes += 1
+        if self.deferred is not None:
+            action, self.deferred = self.deferred, None
+            self.call_later(self.run_action, action)
         if self.requested_at is not None:
             requested = self.requested_at
             self.call_after_refresh(self._painted, requested)
@@ -177,6 +183,13 @@ class FleetScreen(AppScreen):
 
     def is_loaded(self) -> bool:
         return self.refreshes > 0
+
+    async def run_when_loaded(self, action: str) -> None:
+        """Run a steering action now, or once the run is known (the pane was just opened)."""
+        if self.is_loaded():
+            await self.run_action(action)
+        else:
+            self.deferred = action
 
     def run_line(self, run: data.RunStatus | None, now: float) -> Text:
         line = Text(no_wrap=False)
@@ -333,6 +346,20 @@ class FleetScreen(AppScreen):
             self.notify("no run", severity="warning")
             return
         self.autoapp.steer_run("approval", run.id, {"on": not self.snapshot.approval})
+
+    def action_budget(self) -> None:
+        """Raise (or lower) the run's budget: a run stopped by its budget can then go on."""
+        run = self.current_run()
+        if run is None:
+            self.notify("no run", severity="warning")
+            return
+        detail = f"run {run.name}: spent ${run.cost_usd:.2f} so far"
+
+        def chosen(args: dict[str, float] | None) -> None:
+            if args:
+                self.autoapp.steer_run("budget", run.id, dict(args))
+
+        self.app.push_screen(BudgetScreen(detail), chosen)
 
     def action_cancel_experiment(self) -> None:
         chosen = self.experiment(self.selected)
