@@ -13,10 +13,10 @@ decision's reason says so, and its `metrics` JSON holds `scale: difference`). A 
 convention) is kept in the record but is no sample.
 
 pi-autoresearch's own confidence score (|best kept − baseline| / MAD of the segment's values) is
-computed per segment and stored in `runs.summary["import"]`, next to this product's paired test of
-the same comparison, so `history` and the report show where the two disagree. The confidence a line
-logged is kept in the experiment's `meta.pi_confidence`, never in the hypothesis' 0..1 `confidence`
-column.
+computed per segment (runner.record.import_summary) and stored in `runs.summary["import"]`, next to
+this product's paired test of the same comparison, so `history` and the report show where the two
+disagree. The confidence a line logged is kept in the experiment's `meta.pi_confidence`, never in the
+hypothesis' 0..1 `confidence` column.
 
 Long fields are capped where they are shown (titles, rationale, notes, source refs); the whole text
 stays in the experiment's `meta` (`description`, `asi`, `literature_source`).
@@ -40,10 +40,8 @@ import sqlite_utils
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, run_records, samples, waves
-from runner import stats
+from runner.record.import_summary import segment_comparison
 from runner.record.logformats import (
-    PI_LIKELY,
-    PI_MARGINAL,
     STATUS_MAP,
     Format,
     LogLine,
@@ -53,8 +51,6 @@ from runner.record.logformats import (
     cap,
     finite,
     parse,
-    pi_confidence,
-    pi_label,
 )
 
 VERDICT_MAP = {"keep": "keep", "discard": "discard"}
@@ -210,55 +206,6 @@ def import_jsonl(db: sqlite_utils.Database, path: Path, *, name: str | None = No
     return import_log(db, path, name=name, fmt="jsonl").runs
 
 
-def _segment_comparison(segment: Segment, experiment_ids: list[int]) -> dict[str, Any]:
-    """pi's confidence for the segment next to a paired test of the same comparison (best kept
-    against the baseline), and whether the two agree."""
-    metric, direction = segment.metric, segment.direction
-    pi_values = [line.values.get(metric, 0.0) for line in segment.lines]
-    score = pi_confidence(pi_values, [line.pi_status for line in segment.lines], direction)
-    logged = segment.lines[-1].confidence
-    baseline = segment.lines[0].values.get(metric)
-    kept = [
-        (line.values[metric], eid)
-        for line, eid in list(zip(segment.lines, experiment_ids, strict=True))[1:]
-        if line.status == "keep" and metric in line.values
-    ]
-    out: dict[str, Any] = {
-        "pi_confidence": score,
-        "pi_label": pi_label(score),
-        "pi_logged": logged,
-        "baseline": baseline,
-        "best_kept": None,
-        "best_experiment": None,
-        "paired": None,
-        "agree": None,
-    }
-    if not kept or baseline is None:
-        out["paired_reason"] = "no kept value after the baseline, or no baseline value, to compare"
-        return out
-    best, best_id = (max if direction == "higher" else min)(kept, key=lambda x: x[0])
-    out.update(best_kept=best, best_experiment=best_id)
-    if baseline <= 0 or best <= 0:
-        out["paired_reason"] = "values of 0 or below: no log ratio, so no paired test"
-        return out
-    side: stats.Direction = "higher" if direction == "higher" else "lower"
-    decision = stats.decide_paired([baseline], [best], stats.Policy(direction=side), final=True)
-    out["paired"] = {"verdict": decision.verdict, "effect": decision.effect, "pairs": decision.pairs}
-    out["paired_reason"] = (
-        f"one measurement of each side: a paired test needs at least {stats.MIN_VALUES} pairs"
-        if decision.pairs < stats.MIN_VALUES
-        else decision.reason
-    )
-    if score is not None:
-        # They disagree when pi calls the gain likely real and the test does not keep it, or pi
-        # calls it noise and the test keeps it.
-        out["agree"] = not (
-            (score >= PI_LIKELY and decision.verdict != "keep")
-            or (score < PI_MARGINAL and decision.verdict == "keep")
-        )
-    return out
-
-
 def _import_segment(
     db: sqlite_utils.Database, log: ParsedLog, segment: Segment, name: str | None, *, multi: bool
 ) -> ImportedRun:
@@ -318,7 +265,7 @@ def _import_segment(
             reference_commit = line.commit or reference_commit
             head = line.commit or head
             kept += 1
-    comparison = _segment_comparison(segment, experiment_ids)
+    comparison = segment_comparison(segment, experiment_ids)
     summary = {
         "import": {
             "format": log.format,
@@ -535,51 +482,3 @@ def _import_decision(
             "created_at": when,
         },
     )
-
-
-# --- describing an imported run --------------------------------------------------------------------
-
-
-def summary_lines(run_summary: dict[str, Any] | None) -> list[str]:
-    """What the import of a run read and how pi-autoresearch's confidence compares with a paired
-    test, as lines for `history` and the report (empty for a run that was not imported)."""
-    info = (run_summary or {}).get("import")
-    if not isinstance(info, dict):
-        return []
-    where = f"config line {info['config_line']}" if info.get("config_line") else "no config line"
-    segment, session = info.get("segment"), info.get("session")
-    named = f" {session!r}" if session else ""
-    lines, fmt = info.get("lines"), info.get("format")
-    out = [f"Imported {lines} lines of a {fmt} log{named} (segment {segment}, {where})"]
-    score, logged = info.get("pi_confidence"), info.get("pi_logged")
-    if score is None:
-        text = (
-            "pi-autoresearch's confidence: not computable (it needs 3 values above 0 that vary, "
-            "and a kept value other than the baseline)"
-        )
-    else:
-        text = f"pi-autoresearch's confidence: {score:.2f}x its noise floor ({pi_label(score)})"
-    if finite(logged):
-        text += f"; the log's last line says {logged:.2f}x"
-    out.append(text)
-    best, baseline = info.get("best_kept"), info.get("baseline")
-    paired = info.get("paired")
-    if best is not None and baseline is not None:
-        number = info.get("best_experiment")
-        target = f"the best kept value ({best:g}, #{number}) against the baseline ({baseline:g})"
-    else:
-        target = "the best kept value against the baseline"
-    verdict = paired.get("verdict") if isinstance(paired, dict) else None
-    out.append(f"Paired test of {target}: {verdict or 'none'} ({info.get('paired_reason')})")
-    agree = info.get("agree")
-    if agree is False:
-        out.append(
-            f"They disagree: pi-autoresearch calls the gain {pi_label(score)}, the paired test "
-            + ("keeps it" if verdict == "keep" else "cannot keep it")
-        )
-    elif agree is True:
-        out.append("They agree")
-    notes = info.get("notes") or {}
-    if notes:
-        out.append("Read as noted: " + "; ".join(f"{n} x {note}" for note, n in notes.items()))
-    return out

@@ -26,7 +26,7 @@ import sqlite_utils
 from kb.errors import UserError
 from kb.vocabulary import STOP_MEANINGS, legend
 from runner.record import history
-from runner.record.importer import summary_lines
+from runner.record.import_summary import summary_lines
 from runner.record.winners import provenance
 from runner.stats import cell_interval, cell_pct
 

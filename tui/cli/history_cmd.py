@@ -39,7 +39,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     click.echo(f"Run {run.id} {run.name}: {run.status}{stopped}")
     click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
-        from runner.record.importer import summary_lines
+        from runner.record.import_summary import summary_lines
 
         click.echo(f"  imported from {run.imported_from}")
         for line in summary_lines(run.summary):
