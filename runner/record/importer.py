@@ -10,7 +10,8 @@ stored as a decision of origin `import` with the single-sample effect and no int
 `autoresearch redecide` can show how little one sample decides. Values of zero or below are samples
 like any other; where a ratio is undefined the decision's effect is a difference instead (the
 decision's reason says so, and its `metrics` JSON holds `scale: difference`). A crash's metric (0 by
-convention) is kept in the record but is no sample.
+convention) is kept in the record but is no sample. A line without a time takes the nearest earlier
+line's (else the nearest later one's, else the moment of the import).
 
 pi-autoresearch's own confidence score (|best kept − baseline| / MAD of the segment's values) is
 computed per segment (runner.record.import_summary) and stored in `runs.summary["import"]`, next to
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,11 +143,25 @@ def _source_ref(text: str) -> str:
     return text if text.startswith(_REF_PREFIXES) else f"note:{text}"
 
 
-def _stamp(value: Any, fallback: float) -> float:
+def _stamp(value: Any) -> float | None:
     if not finite(value):
-        return fallback
+        return None
     seconds = float(value)
     return seconds / 1000 if seconds > 1e11 else seconds  # milliseconds in pi's logs
+
+
+def _times(lines: Sequence[LogLine], fallback: float) -> list[float]:
+    """Each line's time; a line without one takes the nearest earlier line's, else the nearest
+    later one's (a fork writes some lines without a timestamp), else `fallback` (a results.tsv
+    without a time column: the moment of the import)."""
+    stamps = [_stamp(line.timestamp) for line in lines]
+    first_known = next((t for t in stamps if t is not None), fallback)
+    out: list[float] = []
+    previous: float | None = None
+    for stamp in stamps:
+        previous = stamp if stamp is not None else previous
+        out.append(previous if previous is not None else first_known)
+    return out
 
 
 def _better(value: float, reference: float, direction: str) -> tuple[float | None, float | None]:
@@ -165,11 +181,13 @@ def import_log(
     lenient: bool = False,
     metric: str | None = None,
     direction: str | None = None,
+    statuses: Mapping[str, str] | None = None,
 ) -> ImportResult:
     """Import every segment of the log as a run. All or nothing: the file is read and checked
-    first, then written in one transaction."""
+    first, then written in one transaction. `statuses` maps status words to keep, discard, crash,
+    checks_failed or skip (`--status WORD=STATUS`)."""
     path = path.expanduser().resolve()
-    log = parse(path, fmt=fmt, lenient=lenient, metric=metric, direction=direction)
+    log = parse(path, fmt=fmt, lenient=lenient, metric=metric, direction=direction, statuses=statuses)
     origin_prefix = f"{path}#"
     imported: list[ImportedRun] = []
     with transaction(db):
@@ -218,7 +236,7 @@ def _import_segment(
     imported_from = f"{path}#segment={segment.index}"
     stamp = now()
     first = segment.lines[0]
-    times = [_stamp(line.timestamp, stamp) for line in segment.lines]
+    times = _times(segment.lines, stamp)
     policy = {"metric": metric, "direction": direction, "unit": segment.unit, "origin": "import"}
     run_id = run_records.create(
         db,
@@ -274,7 +292,9 @@ def _import_segment(
             "segment": segment.index,
             "config_line": segment.config_line,
             "lines": len(segment.lines),
-            "notes": dict(Counter(note for line in segment.lines for note in line.notes)),
+            "notes": dict(
+                Counter([*segment.notes, *(note for line in segment.lines for note in line.notes)])
+            ),
             **comparison,
         }
     }

@@ -1,30 +1,36 @@
 """Read the logs other autoresearch loops write: pi-autoresearch's `autoresearch.jsonl` (or
 `.auto/log.jsonl`) and karpathy/autoresearch's `results.tsv`, into segments of lines (no database).
-The readers are runner.record.pi_jsonl and runner.record.results_tsv; their shared types are in
-runner.record.logtypes. This module states the rules and picks the reader.
+The readers are runner.record.pi_jsonl and runner.record.results_tsv; their shared types and the
+status words are in runner.record.logtypes. This module states the rules and picks the reader.
 
 **jsonl** (pi-autoresearch, the SkyPilot example). One JSON object per line, read as
 pi-autoresearch's own reader (extensions/pi-autoresearch/jsonl.ts) reads it:
 
 - a config line (`"type": "config"`: `name`, `metricName`, `metricUnit`, `bestDirection`) starts a
   segment; a field it leaves out keeps the previous config's value, except `bestDirection`, which
-  falls back to pi's default `lower` (so do run lines before any config line, metric `metric`);
-- hook lines (`"type": "hook"`, written whenever hooks are configured) are skipped, as pi skips them;
+  falls back to pi's default `lower` (so do run lines before any config line, metric `metric`); an
+  empty `metricUnit` (pi writes `""`) is no unit; monotykamary/pi-autoresearch's snake_case keys
+  (`metric_name`, `metric_unit`, `direction`) are read where pi's are missing;
+- hook lines (`"type": "hook"`, written whenever hooks are configured) and fan92rus/pi-autoresearch's
+  `"type": "finalize"` line are skipped, as pi skips them;
 - every other line with a `run` number (or, without one, a `metric` or `status`) is a run line:
   `commit`, `metric`, `metrics`, `status`, `description`, `timestamp`, `confidence`, `asi`,
   `literature_source`, `segment`. A missing or unknown status reads as keep (pi's reading; statuses
-  are compared case-insensitively here, pi reads `Discard` as keep); a `metric` or `metrics` entry
-  that is not a finite number (`null`, `"12 t/s"`) is kept in the record but is no sample (pi reads
-  a missing metric as 0; a measurement of 0 it is not). Metric names are stored as written
-  (`p50-ms`, `tok/s`): the `[\\w.µ]` rule is for benchmark output only. Lines are split on `\\n`
-  only (a description may hold U+2028), and a UTF-8 byte-order mark is dropped.
+  are compared case-insensitively here, pi reads `Discard` as keep); the words other loops write
+  for one of the four are read as they mean it (`budget_exceeded` is a crash; a fork's `explore`
+  step is skipped: logtypes.STATUS_WORDS), and `--status WORD=STATUS` says what any word means. A
+  `metric` or `metrics` entry that is not a finite number (`null`, `"12 t/s"`) is kept in the
+  record but is no sample (pi reads a missing metric as 0; a measurement of 0 it is not). Metric
+  names are stored as written (`p50-ms`, `tok/s`): the `[\\w.µ]` rule is for benchmark output only.
+  Lines are split on `\\n` only (a description may hold U+2028), and a UTF-8 byte-order mark is
+  dropped.
 
 **tsv** (karpathy/autoresearch's program.md): a header `commit val_bpb memory_gb status description`,
 tab-separated, then one row per experiment; status `keep`, `discard` or `crash` (any case; also
-`checks_failed`). Every column but commit, status and description is a metric; the first is the
-primary one (`metric=` picks another) and lower is better (val_bpb; `direction=` says otherwise).
-One segment. Values are ASCII decimal numbers (runner.harness.protocol.plain_number); anything else in a
-cell is no value.
+`checks_failed`, the words of logtypes.STATUS_WORDS and those `--status` names). Every column but
+commit, status and description is a metric; the first is the primary one (`metric=` picks another)
+and lower is better (val_bpb; `direction=` says otherwise). One segment. Values are ASCII decimal
+numbers (runner.harness.protocol.plain_number); anything else in a cell is no value.
 
 Malformed lines (not JSON, not an object, a field of the wrong type, a line that is neither a
 config, a hook nor a run line, a TSV row with an unknown status or the wrong number of columns) are
@@ -36,7 +42,7 @@ listed in `ParsedLog.skipped`; `parse` raises on the first unless `lenient`.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kb.errors import UserError
@@ -49,7 +55,7 @@ from runner.record.logtypes import ParsedLog as ParsedLog
 from runner.record.logtypes import Segment as Segment
 from runner.record.logtypes import Skipped as Skipped
 from runner.record.logtypes import cap as cap
-from runner.record.logtypes import fail, strip_bom
+from runner.record.logtypes import fail, status_overrides, strip_bom
 from runner.record.logtypes import finite as finite
 from runner.record.pi_jsonl import PI_DIRECTION, parse_jsonl
 from runner.record.results_tsv import parse_tsv
@@ -116,13 +122,16 @@ def parse(
     lenient: bool = False,
     metric: str | None = None,
     direction: str | None = None,
+    statuses: Mapping[str, str] | None = None,
 ) -> ParsedLog:
     """Read and check the whole log (no database access). Raises UserError on the first malformed
-    line unless `lenient`, which skips malformed lines and lists them."""
+    line unless `lenient`, which skips malformed lines and lists them. `statuses` maps status words
+    to keep, discard, crash, checks_failed or skip (`--status`)."""
     if fmt not in FORMATS:
         raise UserError(f"format {fmt!r}: must be one of {', '.join(FORMATS)}")
     if direction is not None and direction not in ("higher", "lower"):
         raise UserError(f"direction {direction!r}: must be 'higher' or 'lower'")
+    words = status_overrides(statuses)
     text = strip_bom(read_text(path))
     kind: Format = detect_format(path, text) if fmt == "auto" else ("tsv" if fmt == "tsv" else "jsonl")
     if kind == "jsonl" and (metric is not None or direction is not None):
@@ -130,7 +139,9 @@ def parse(
             f"{path}: --metric and --direction are for a results.tsv; a jsonl log's config lines say them"
         )
     log = (
-        parse_tsv(path, text, metric, direction or PI_DIRECTION) if kind == "tsv" else parse_jsonl(path, text)
+        parse_tsv(path, text, metric, direction or PI_DIRECTION, words)
+        if kind == "tsv"
+        else parse_jsonl(path, text, words)
     )
     if log.skipped and not lenient:
         first = log.skipped[0]

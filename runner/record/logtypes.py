@@ -1,11 +1,17 @@
 """What the log readers (runner.record.pi_jsonl, runner.record.results_tsv) share: the lines and
-segments they read and the malformed lines they list.
+segments they read, the malformed lines they list, and the status words of the loops they read.
+
+A line's status is read through one table: the four words pi-autoresearch and karpathy/autoresearch
+write (`keep`, `discard`, `crash`, `checks_failed`), in any case, then the words other loops write
+for one of them (`STATUS_WORDS`, each with the writer it comes from), then the words `--status
+WORD=STATUS` names (which win over both). `skip` drops the line: it is counted, not imported.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
@@ -16,6 +22,29 @@ Format = Literal["jsonl", "tsv"]
 FORMATS: tuple[str, ...] = ("auto", "jsonl", "tsv")
 #: The statuses both loops write (any case), as this product's experiment statuses.
 STATUS_MAP = {"keep": "kept", "discard": "discarded", "crash": "crashed", "checks_failed": "checks_failed"}
+#: What `--status WORD=STATUS` may say a word means: one of the four, or skip (not imported).
+STATUS_CHOICES: tuple[str, ...] = (*STATUS_MAP, "skip")
+#: Words other loops write for one of the four (compared in lower case), and where they come from.
+STATUS_WORDS: dict[str, str] = {
+    # uditgoenka/autoresearch autoresearch.md:47 (iteration 0), 0xedev/auto-researchtrading and
+    # autoresearch-DGX-Spark results.tsv: the first, baseline row.
+    "baseline": "keep",
+    "best": "keep",  # autoresearch-DGX-Spark results.tsv: a keep that is the new best
+    "keep (reworked)": "keep",  # uditgoenka/autoresearch fix.md:71
+    "revert": "discard",  # 0xedev/auto-researchtrading, Cklaus1/autokernel5090 results.tsv
+    "reverted": "discard",
+    # karpathy/autoresearch program.md:108: a run over 10 minutes is killed and is a failure; forks
+    # log it as `timeout` or `killed` (with 0 as the value, as for a crash).
+    "timeout": "crash",
+    "killed": "crash",
+    "error": "crash",
+    "metric-error": "crash",  # uditgoenka/autoresearch autoresearch.md:83: no number printed
+    "budget_exceeded": "crash",  # fan92rus/pi-autoresearch index.ts:1001: reverted like a crash
+    "invalid": "checks_failed",  # parameter-golf forks' program.md: `invalid` (artifact over 16MB)
+    # fan92rus/pi-autoresearch index.ts:3340-3356: a phase's scratch step, neither kept nor
+    # reverted; the phase's result is logged as a line of its own.
+    "explore": "skip",
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +99,8 @@ class Segment:
     lines: list[LogLine] = field(default_factory=list)
     pi_segment: int = 0
     """The segment number pi-autoresearch's reader gives these lines (what their `segment` says)."""
+    notes: list[str] = field(default_factory=list)
+    """How the segment itself was read (where its direction comes from, ...)."""
 
 
 @dataclass
@@ -81,7 +112,7 @@ class ParsedLog:
     segments: list[Segment]
     skipped: list[Skipped]
     ignored: Counter[str]
-    """Lines skipped as pi-autoresearch skips them, by type (`hook`)."""
+    """Lines read and left out on purpose, by kind (`hook`, `finalize`, `comment`, `status explore`)."""
     notes: Counter[str]
     """How lines were read where the log left a default to the reader, with counts."""
 
@@ -116,3 +147,42 @@ def numbered_lines(text: str) -> list[tuple[int, str]]:
 def fail(path: Path, number: int, reason: str, count: int) -> UserError:
     more = f" ({count} malformed lines; the first is shown)" if count > 1 else ""
     return UserError(f"{path}:{number}: {reason}{more}; nothing imported (--lenient skips malformed lines)")
+
+
+# --- status words ----------------------------------------------------------------------------------
+
+
+def status_overrides(pairs: Mapping[str, str] | None) -> dict[str, str]:
+    """`--status WORD=STATUS` pairs, checked: the words in lower case, each status one of
+    STATUS_CHOICES."""
+    out: dict[str, str] = {}
+    for word, status in (pairs or {}).items():
+        key, meaning = " ".join(word.split()).lower(), status.strip().lower()
+        if not key:
+            raise UserError("--status: an empty word (write --status WORD=STATUS)")
+        if meaning not in STATUS_CHOICES:
+            raise UserError(f"--status {word}={status}: STATUS must be one of {', '.join(STATUS_CHOICES)}")
+        out[key] = meaning
+    return out
+
+
+def known_status(word: str, overrides: Mapping[str, str]) -> tuple[str, str] | None:
+    """(status or `skip`, where the meaning comes from) for a status word, or None for a word no
+    table knows. `where` is `word` (one of the four), `alias` (STATUS_WORDS) or `option`."""
+    key = " ".join(word.split()).lower()
+    if key in overrides:
+        return overrides[key], "option"
+    if key in STATUS_MAP:
+        return key, "word"
+    if key in STATUS_WORDS:
+        return STATUS_WORDS[key], "alias"
+    return None
+
+
+def unknown_status_reason(word: str) -> str:
+    shown = cap(word, 60)
+    return (
+        f"status {shown!r} is not keep, discard, crash or checks_failed (nor a word other loops use "
+        f"for one): say what it means with --status {shown.lower()}=keep, discard, crash, "
+        "checks_failed or skip"
+    )

@@ -5,16 +5,28 @@ states the rules and calls `parse_tsv`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from kb.errors import UserError
 from runner.harness.protocol import plain_number
-from runner.record.logtypes import STATUS_MAP, LogLine, ParsedLog, Segment, Skipped, cap, numbered_lines
+from runner.record.logtypes import (
+    LogLine,
+    ParsedLog,
+    Segment,
+    Skipped,
+    cap,
+    known_status,
+    numbered_lines,
+    unknown_status_reason,
+)
 
 _TSV_FIELDS = ("commit", "status", "description")
 
 
-def parse_tsv(path: Path, text: str, metric: str | None, direction: str) -> ParsedLog:
+def parse_tsv(
+    path: Path, text: str, metric: str | None, direction: str, statuses: Mapping[str, str]
+) -> ParsedLog:
     numbered = numbered_lines(text)
     if not numbered:
         raise UserError(f"{path}: empty; nothing imported")
@@ -29,7 +41,7 @@ def parse_tsv(path: Path, text: str, metric: str | None, direction: str) -> Pars
         )
     columns = {name: lowered.index(name) for name in _TSV_FIELDS if name in lowered}
     log = ParsedLog(path, "tsv", len(numbered), [], [], Counter(), Counter())
-    rows = _tsv_rows(numbered[1:], header, columns, log)
+    rows = _tsv_rows(numbered[1:], header, columns, statuses, log)
     # A metric column holds numbers on at least half of its rows (a crash's 0 counts, a `-` does
     # not); the others (an id, a hypothesis, a kind) are text, kept with each line.
     others = [i for i, h in enumerate(lowered) if h not in _TSV_FIELDS and header[i]]
@@ -47,12 +59,18 @@ def parse_tsv(path: Path, text: str, metric: str | None, direction: str) -> Pars
     segment = Segment(0, path.stem, header[metric_cols[0]], direction, None, header_line)
     log.segments.append(segment)
     for row_number, number, cells in rows:
-        status = cells[columns["status"]]
+        written = cells[columns["status"]]
+        known = known_status(written, statuses)
+        assert known is not None  # _tsv_rows kept only rows with a known status
+        status, source = known
+        if status == "skip":
+            log.ignored[f"status {written}"] += 1
+            continue
         line = LogLine(
             number=number,
-            status=status.lower(),
-            pi_status=status.lower(),
-            original_status=status,
+            status=status,
+            pi_status=status,
+            original_status=written,
             values={},
             unread={},
             description=cells[columns["description"]] if "description" in columns else "",
@@ -60,6 +78,12 @@ def parse_tsv(path: Path, text: str, metric: str | None, direction: str) -> Pars
             run=float(row_number),
             fields={header[i]: cells[i] for i in text_cols if cells[i]} or None,
         )
+        if source == "alias":
+            line.notes.append(
+                f"status {written.lower()!r} read as {status}, as the loops that write it mean it"
+            )
+        elif source == "option":
+            line.notes.append(f"status {written.lower()!r} read as {status} (--status)")
         for i in metric_cols:
             value = plain_number(cells[i])
             if value is not None:
@@ -78,7 +102,11 @@ def _numeric_column(cells: list[str]) -> bool:
 
 
 def _tsv_rows(
-    numbered: list[tuple[int, str]], header: list[str], columns: dict[str, int], log: ParsedLog
+    numbered: list[tuple[int, str]],
+    header: list[str],
+    columns: dict[str, int],
+    statuses: Mapping[str, str],
+    log: ParsedLog,
 ) -> list[tuple[int, int, list[str]]]:
     """(row number, line number, cells) of the well-formed rows; the others go to log.skipped."""
     out: list[tuple[int, int, list[str]]] = []
@@ -94,9 +122,8 @@ def _tsv_rows(
             log.skipped.append(Skipped(number, f"{len(cells)} columns; the header has {len(header)}"))
             continue
         status = cells[columns["status"]]
-        if status.lower() not in STATUS_MAP:
-            reason = f"status {cap(status, 60)!r} must be one of keep, discard, crash, checks_failed"
-            log.skipped.append(Skipped(number, reason))
+        if known_status(status, statuses) is None:
+            log.skipped.append(Skipped(number, unknown_status_reason(status)))
             continue
         out.append((row_number, number, cells))
     return out
