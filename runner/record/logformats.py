@@ -26,11 +26,16 @@ pi-autoresearch's own reader (extensions/pi-autoresearch/jsonl.ts) reads it:
   dropped.
 
 **tsv** (karpathy/autoresearch's program.md): a header `commit val_bpb memory_gb status description`,
-tab-separated, then one row per experiment; status `keep`, `discard` or `crash` (any case; also
-`checks_failed`, the words of logtypes.STATUS_WORDS and those `--status` names). Every column but
-commit, status and description is a metric; the first is the primary one (`metric=` picks another)
-and lower is better (val_bpb; `direction=` says otherwise). One segment. Values are ASCII decimal
-numbers (runner.harness.protocol.plain_number); anything else in a cell is no value.
+tab-separated, in any order, then one row per experiment; status `keep`, `discard` or `crash` (any
+case; also `checks_failed`, the words of logtypes.STATUS_WORDS and those `--status` names). Lines
+starting with `#` are comments (`# metric_direction: higher_is_better` says the direction); a header
+or a row may end in a tab. Every column but commit, status, description, a row label (`iteration`,
+`experiment_id`, `phase`, ...) and a time column (`timestamp`: each row's time) holding numbers on
+at least half of the rows that give it a value (`-`, `NA` give none) is a metric; the first is the
+primary one (`metric=` picks another). Which way is better: `direction=`, else the `#
+metric_direction` comment, else the way the log's keeps moved the primary metric, else lower
+(val_bpb). One segment. Values are ASCII decimal numbers (runner.harness.protocol.plain_number);
+anything else in a cell is no value.
 
 Malformed lines (not JSON, not an object, a field of the wrong type, a line that is neither a
 config, a hook nor a run line, a TSV row with an unknown status or the wrong number of columns) are
@@ -57,7 +62,7 @@ from runner.record.logtypes import Skipped as Skipped
 from runner.record.logtypes import cap as cap
 from runner.record.logtypes import fail, status_overrides, strip_bom
 from runner.record.logtypes import finite as finite
-from runner.record.pi_jsonl import PI_DIRECTION, parse_jsonl
+from runner.record.pi_jsonl import parse_jsonl
 from runner.record.results_tsv import parse_tsv
 
 #: pi-autoresearch's labels for its confidence score (index.ts).
@@ -108,10 +113,12 @@ def pi_confidence(values: Sequence[float], statuses: Sequence[str], direction: s
 
 
 def detect_format(path: Path, text: str) -> Format:
-    """tsv for a `.tsv` file or a first line that is a tab-separated header; jsonl otherwise."""
+    """tsv for a `.tsv` file or a first line that is a tab-separated header (or a `#` comment above
+    one); jsonl otherwise."""
     if path.suffix.lower() == ".tsv":
         return "tsv"
-    first = next((line for line in text.split("\n") if line.strip()), "")
+    lines = [line for line in text.split("\n") if line.strip()]
+    first = next((line for line in lines if not line.lstrip().startswith("#")), "")
     return "tsv" if "\t" in first and not first.lstrip().startswith(("{", "[")) else "jsonl"
 
 
@@ -138,11 +145,7 @@ def parse(
         raise UserError(
             f"{path}: --metric and --direction are for a results.tsv; a jsonl log's config lines say them"
         )
-    log = (
-        parse_tsv(path, text, metric, direction or PI_DIRECTION, words)
-        if kind == "tsv"
-        else parse_jsonl(path, text, words)
-    )
+    log = parse_tsv(path, text, metric, direction, words) if kind == "tsv" else parse_jsonl(path, text, words)
     if log.skipped and not lenient:
         first = log.skipped[0]
         raise fail(path, first.line, first.reason, len(log.skipped))

@@ -560,8 +560,11 @@ def test_results_tsv_malformed_rows(ws: Workspace, tmp_path: Path) -> None:
     ]
     assert result.imported_lines == 5
     (tmp_path / "noheader.tsv").write_text("a1b2c3d\t0.99\tkeep\n")
-    with pytest.raises(UserError, match="needs a status column"):
+    with pytest.raises(UserError, match=r"noheader.tsv:1: no header row: the first line is a row \(status"):
         import_log(db, tmp_path / "noheader.tsv")
+    (tmp_path / "otherheader.tsv").write_text("commit\tval_bpb\tresult\na1b2c3d\t0.99\tok\n")
+    with pytest.raises(UserError, match="needs a status column"):
+        import_log(db, tmp_path / "otherheader.tsv")
 
 
 # --- huge fields ------------------------------------------------------------------------------------

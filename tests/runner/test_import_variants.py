@@ -232,6 +232,186 @@ def test_monotykamary_fork_snake_case_config(ws: Workspace, tmp_path: Path) -> N
     assert faster["effect"] == pytest.approx(0.1) and faster["reason"] is None
 
 
+# --- results.tsv: karpathy/autoresearch and its forks --------------------------------------------------
+
+
+def test_a_comment_line_and_its_metric_direction(ws: Workspace, tmp_path: Path) -> None:
+    # uditgoenka/autoresearch .agents/skills/autoresearch/autoresearch.md:47-49 and 81-86: a
+    # `# metric_direction:` comment, then iteration/timestamp/commit/metric/delta/guard columns;
+    # statuses baseline, keep (reworked) (fix.md:71), metric-error (83); `-` for no commit (86).
+    path = write(
+        tmp_path / "loop-results.tsv",
+        "# metric_direction: higher_is_better\n"
+        "iteration\ttimestamp\tcommit\tmetric\tdelta\tguard\tguard-metric\tstatus\tdescription\n"
+        "0\t2026-03-09T10:00:00Z\ta1b2c3d\t72.4\t0.0\tpass\t-\tbaseline\tinitial state\n"
+        "1\t2026-03-09T10:10:00Z\tb2c3d4e\t75.0\t2.6\tpass\t-\tkeep\tcache the parse\n"
+        "2\t2026-03-09T10:20:00Z\t-\t70.0\t-5.0\tpass\t-\tdiscard\tinline everything\n"
+        "3\t2026-03-09T10:30:00Z\tc3d4e5f\t77.5\t2.5\tpass\t-\tkeep (reworked)\tsecond try\n"
+        "4\t2026-03-09T10:40:00Z\t-\t0\t0\tfail\t-\tmetric-error\tno number printed\n",
+    )
+    out = imported(ws, path)
+    assert out["ignored"] == {"comment": 1} and out["skipped"] == []
+    (run_out,) = out["runs"]
+    assert (run_out["metric"], run_out["direction"], run_out["kept"]) == ("metric", "higher", 3)
+    run = shown(ws, run_out["name"])
+    exps = run["experiments"]
+    assert [e["status"] for e in exps] == ["kept", "kept", "discarded", "kept", "crashed"]
+    assert [e["candidate_commit"] for e in exps] == ["a1b2c3d", "b2c3d4e", None, "c3d4e5f", None]
+    # iteration is a row label, not a metric; the timestamp column gives each row its time.
+    assert "iteration" not in exps[1]["meta"]["values"] and exps[1]["meta"]["fields"]["iteration"] == "1"
+    assert [e["created_at"] for e in exps] == [
+        1773050400.0,
+        1773051000.0,
+        1773051600.0,
+        1773052200.0,
+        1773052800.0,
+    ]
+    assert (run["started_at"], run["ended_at"]) == (1773050400.0, 1773052800.0)
+    assert exps[1]["effect"] == pytest.approx(75 / 72.4 - 1) and exps[2]["effect"] == pytest.approx(
+        70 / 75 - 1
+    )
+    assert exps[3]["meta"]["original_status"] == "keep (reworked)"
+    assert "direction from the log's `# metric_direction` comment" in " ".join(
+        run["summary"]["import"]["notes"]
+    )
+
+
+def test_status_words_of_other_loops(ws: Workspace, tmp_path: Path) -> None:
+    # 0xedev/auto-researchtrading results.tsv:2-4: BASELINE, KEEP, REVERT (a Sharpe score).
+    path = write(
+        tmp_path / "trading.tsv",
+        "commit\tscore\tsharpe\tmax_dd\tstatus\tdescription\n"
+        "exp0\t0.500\t0.500\t0.00\tBASELINE\tclean branch\n"
+        "exp1\t1.079\t1.079\t8.74\tKEEP\t1h fallback\n"
+        "exp2\t0.715\t0.715\t4.17\tREVERT\ttighter thresholds\n"
+        "exp3\t1.136\t1.136\t9.15\tKEEP\traise meta threshold\n",
+    )
+    (run_out,) = imported(ws, path)["runs"]
+    assert (run_out["metric"], run_out["direction"]) == ("score", "higher")  # the keeps rose
+    exps = shown(ws, run_out["name"])["experiments"]
+    assert [e["status"] for e in exps] == ["kept", "kept", "discarded", "kept"]
+    assert [e["reason"] for e in exps] == [None, None, None, None]
+    # Chang-Han-Chen/autoresearch-moe results.tsv: `tentative` (and `repair`) say nothing this
+    # import can map: an error naming the word and the option that maps it.
+    tentative = write(
+        tmp_path / "moe.tsv",
+        "commit\tkind\tval_bpb\tmemory_gb\tstatus\tdescription\n"
+        "153211f\tbaseline\t0.964088\t29.9\tkeep\tsimple backbone\n"
+        "02ba694\tlr\t0.954881\t29.9\tkeep\tlower LR\n"
+        "e1f81c1\trouter\t0.954935\t29.9\ttentative\tsigmoid affinity\n",
+    )
+    db = ws.db()
+    before = dump(db)
+    failed = cli(ws, "import", str(tentative))
+    assert failed.exit_code == 1 and dump(db) == before
+    assert f"{tentative}:4: status 'tentative' is not keep, discard, crash or checks_failed" in failed.stderr
+    assert "--status tentative=keep" in failed.stderr
+    (mapped,) = imported(ws, tentative, "--status", "tentative=discard")["runs"]
+    exps = shown(ws, mapped["name"])["experiments"]
+    assert [e["status"] for e in exps] == ["kept", "kept", "discarded"]
+    assert exps[2]["meta"]["original_status"] == "tentative" and exps[0]["meta"]["fields"] == {
+        "kind": "baseline"
+    }
+
+
+def test_the_direction_follows_the_keeps(ws: Workspace, tmp_path: Path) -> None:
+    # AlexChen31337/qwen35-moe-offload results.tsv: tok_per_sec, higher is better, no comment.
+    text = (
+        "commit\ttok_per_sec\tvram_gb\tstatus\tdescription\n"
+        "7769d2b\t0.761\t0.0\tkeep\tseparate reads\n"
+        "e67e523\t1.848\t0.0\tkeep\tcache k=3\n"
+        "193801d\t0.763\t0.0\tdiscard\tbundle reads\n"
+        "6e1ac35\t1.853\t0.0\tkeep\tcache k=5\n"
+    )
+    (run_out,) = imported(ws, write(tmp_path / "qwen.tsv", text))["runs"]
+    assert run_out["direction"] == "higher"
+    run = shown(ws, run_out["name"])
+    assert [e["reason"] for e in run["experiments"]] == [None, None, None, None]
+    assert run["experiments"][1]["effect"] == pytest.approx(1.848 / 0.761 - 1)
+    notes = " ".join(run["summary"]["import"]["notes"])
+    assert "higher is better, as 2 of 2 keeps after the first row raised tok_per_sec" in notes
+    # --direction still decides.
+    (forced,) = imported(ws, write(tmp_path / "qwen-lower.tsv", text), "--direction", "lower")["runs"]
+    assert forced["direction"] == "lower"
+
+
+def test_placeholder_cells_and_trailing_tabs(ws: Workspace, tmp_path: Path) -> None:
+    # FM-gpt/llamacpp-autotune results.tsv: `-` where a value was not measured; a header and
+    # rows that end in a tab (an editor's or a spreadsheet's export), CRLF line endings.
+    path = write(
+        tmp_path / "llamacpp.tsv",
+        "config_id\ttg_tok_s\tpp_tok_s\tvram_gb\tppl\tstatus\tdescription\t\r\n"
+        "4f9a41c\t29.17\t830.29\t10.1\t4.5807\tkeep\tbaseline\t\r\n"
+        "558b915\t24.12\t604.09\t10.3\t-\tdiscard\tflash attn off\r\n"
+        "0f76ce9\t30.03\t-\t10.3\t-\tkeep\tserver path\t\r\n"
+        "ee2fb7c\t32.17\t-\t11.2\t-\tkeep\tspec draft\r\n",
+    )
+    out = imported(ws, path)
+    assert out["skipped"] == []
+    (run_out,) = out["runs"]
+    assert (run_out["metric"], run_out["direction"]) == ("tg_tok_s", "higher")
+    exps = shown(ws, run_out["name"])["experiments"]
+    assert exps[0]["meta"]["values"] == {
+        "tg_tok_s": 29.17,
+        "pp_tok_s": 830.29,
+        "vram_gb": 10.1,
+        "ppl": 4.5807,
+    }
+    assert exps[2]["meta"]["unread"] == {"pp_tok_s": "-", "ppl": "-"}
+    assert [e["title"] for e in exps] == ["baseline", "flash attn off", "server path", "spec draft"]
+    assert exps[0]["meta"]["fields"] == {"config_id": "4f9a41c"}
+
+
+def test_skypilot_example_header_order(ws: Workspace, tmp_path: Path) -> None:
+    # skypilot-org/skypilot examples/autoresearch/program.md: experiment_id first, status second,
+    # no commit column; experiments run in parallel on clusters.
+    path = write(
+        tmp_path / "skypilot-results.tsv",
+        "experiment_id\tstatus\tval_bpb\tmemory_gb\tdescription\n"
+        "exp-01\tkeep\t0.997900\t44.0\tbaseline\n"
+        "exp-02\tkeep\t0.993200\t44.2\tincrease LR to 0.04\n"
+        "exp-03\tdiscard\t1.005000\t44.0\tswitch to GeLU activation\n"
+        "exp-04\tcrash\t0.000000\t0.0\tdouble model width (OOM)\n",
+    )
+    (run_out,) = imported(ws, path)["runs"]
+    assert (run_out["metric"], run_out["direction"], run_out["kept"]) == ("val_bpb", "lower", 2)
+    exps = shown(ws, run_out["name"])["experiments"]
+    assert [e["candidate_commit"] for e in exps] == [None] * 4
+    assert exps[1]["effect"] == pytest.approx(0.9979 / 0.9932 - 1)
+    assert exps[3]["status"] == "crashed" and exps[3]["samples"] == []
+
+
+def test_a_row_label_column_is_no_metric(ws: Workspace, tmp_path: Path) -> None:
+    # A fork's program.md (index id 65861440278): `phase commit val_loss epoch_time_s epochs status
+    # description`, phase 1, 2 or 3: a label that holds numbers. Commits here are full shas.
+    sha = ["a1b2c3d4" * 5, "b2c3d4e5" * 5, "c3d4e5f6" * 5]
+    path = write(
+        tmp_path / "phases.tsv",
+        "phase\tcommit\tval_loss\tepoch_time_s\tepochs\tstatus\tdescription\n"
+        f"1\t{sha[0]}\t0.109\t120\t10\tkeep\tbaseline\n"
+        f"1\t{sha[1]}\t0.104\t118\t10\tkeep\twider\n"
+        f"2\t{sha[2]}\t0.111\t121\t10\tdiscard\tdeeper\n",
+    )
+    (run_out,) = imported(ws, path)["runs"]
+    assert (run_out["metric"], run_out["direction"]) == ("val_loss", "lower")
+    run = shown(ws, run_out["name"])
+    assert [e["candidate_commit"] for e in run["experiments"]] == sha
+    assert (run["baseline_commit"], run["head_commit"]) == (sha[0], sha[1])
+    assert run["experiments"][1]["meta"]["fields"] == {"phase": "1"}
+
+
+def test_a_file_without_a_header_row(ws: Workspace, tmp_path: Path) -> None:
+    # Alexintosh/flash-moe results.tsv:1: rows only, the status in the 8th column.
+    path = write(
+        tmp_path / "headless.tsv",
+        "HEAD\tQwen3.5-397B-A17B-4bit\t397.0\t17.0\t3.30\t2464\t5.5\tkeep\tC/METAL E2E\n"
+        "HEAD\tQwen3.5-397B-A17B-4bit\t397.0\t17.0\t0.56\t0\t5.5\tdiscard\tmmap expert files\n",
+    )
+    failed = cli(ws, "import", str(path))
+    assert failed.exit_code == 1
+    assert f"{path}:1: no header row: the first line is a row (status 'keep' in column 8)" in failed.stderr
+
+
 # --- nothing half-imported ------------------------------------------------------------------------------
 
 

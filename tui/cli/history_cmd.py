@@ -282,7 +282,8 @@ def _skipped(kind: str, n: int) -> str:
     "--direction",
     type=click.Choice(["higher", "lower"]),
     default=None,
-    help="results.tsv: which way is better (default: lower, as val_bpb).",
+    help="results.tsv: which way is better (default: the log's `# metric_direction` comment, else the way "
+    "its keeps moved the metric, else lower, as val_bpb).",
 )
 @click.option(
     "--status",
