@@ -10,8 +10,9 @@ stored as a decision of origin `import` with the single-sample effect and no int
 `autoresearch redecide` can show how little one sample decides. Values of zero or below are samples
 like any other; where a ratio is undefined the decision's effect is a difference instead (the
 decision's reason says so, and its `metrics` JSON holds `scale: difference`). A crash's metric (0 by
-convention) is kept in the record but is no sample. A line without a time takes the nearest earlier
-line's (else the nearest later one's, else the moment of the import).
+convention) is kept in the record but is no sample. Each line's change against the segment's first
+line, as pi-autoresearch's dashboard shows it, is kept in `meta.vs_baseline`. A line without a time
+takes the nearest earlier line's (else the nearest later one's, else the moment of the import).
 
 pi-autoresearch's own confidence score (|best kept − baseline| / MAD of the segment's values) is
 computed per segment (runner.record.import_summary) and stored in `runs.summary["import"]`, next to
@@ -162,6 +163,15 @@ def _times(lines: Sequence[LogLine], fallback: float) -> list[float]:
         previous = stamp if stamp is not None else previous
         out.append(previous if previous is not None else first_known)
     return out
+
+
+def _vs_baseline(value: float, baseline: float) -> float | None:
+    """pi-autoresearch's "Δ baseline" (assets/template.html:956-959, log_experiment's own figure at
+    index.ts:2316-2321): (value - baseline) / baseline, raw (not turned so that positive = better);
+    None for a value of 0 or below or a baseline of 0."""
+    if baseline == 0 or value <= 0:
+        return None
+    return (value - baseline) / baseline
 
 
 def _better(value: float, reference: float, direction: str) -> tuple[float | None, float | None]:
@@ -389,6 +399,10 @@ def _import_line(
                 "pi_status": line.pi_status,
                 "baseline": is_baseline,
                 "pi_confidence": line.confidence,
+                # pi's baseline is the segment's first line, a value it does not read is 0.
+                "vs_baseline": _vs_baseline(
+                    line.values.get(metric, 0.0), segment.lines[0].values.get(metric, 0.0)
+                ),
                 "asi": line.asi,
                 "metric_unit": segment.unit,
                 "description": line.description,

@@ -154,6 +154,34 @@ def test_a_unitless_config_has_no_unit(ws: Workspace, tmp_path: Path) -> None:
     assert shown(ws, run["name"])["policy"]["unit"] is None
 
 
+def test_the_effect_against_the_baseline_as_pi_shows_it(ws: Workspace, tmp_path: Path) -> None:
+    # pi's baseline is the segment's first line (index.ts:580 findBaselineMetric); its dashboard's
+    # "Δ baseline" is (value - baseline) / baseline, none for a value of 0 or below or a baseline of
+    # 0 (assets/template.html:956-959); log_experiment prints the same (index.ts:2316-2321).
+    log = jsonl(
+        tmp_path / "delta.jsonl",
+        {"type": "config", "name": "tg", "metricName": "tg", "metricUnit": "t/s", "bestDirection": "higher"},
+        {"run": 1, "commit": "a1", "metric": 40.0, "status": "keep", "description": "baseline",
+         "timestamp": T0},
+        {"run": 2, "commit": "b2", "metric": 44.0, "status": "keep", "description": "up",
+         "timestamp": T0 + 1},
+        {"run": 3, "commit": "c3", "metric": 42.0, "status": "discard", "description": "less",
+         "timestamp": T0 + 2},
+        {"run": 4, "commit": "d4", "metric": 0, "status": "crash", "description": "boom",
+         "timestamp": T0 + 3},
+        {"run": 5, "commit": "e5", "metric": 50.0, "status": "checks_failed",
+         "description": "bad", "timestamp": T0 + 4},
+    )  # fmt: skip
+    (run,) = imported(ws, log)["runs"]
+    exps = shown(ws, run["name"])["experiments"]
+    assert [e["meta"]["vs_baseline"] for e in exps] == pytest.approx([0.0, 0.1, 0.05, None, 0.25])
+    # The effect stays the comparison with the latest kept value (42 against 44 here).
+    assert exps[2]["effect"] == pytest.approx(42 / 44 - 1)
+    text = report(ws, run["name"])
+    assert "| Δ baseline | pi confidence |" in text
+    assert "| +10.00% |" in text and "| +25.00% |" in text
+
+
 # --- pi-autoresearch forks ------------------------------------------------------------------------------
 
 
