@@ -10,13 +10,15 @@ stored as a decision of origin `import` with the single-sample effect and no int
 `autoresearch redecide` can show how little one sample decides. Values of zero or below are samples
 like any other; where a ratio is undefined the decision's effect is a difference instead (the
 decision's reason says so, and its `metrics` JSON holds `scale: difference`). A crash's metric (0 by
-convention) is kept in the record but is no sample.
+convention) is kept in the record but is no sample. Each line's change against the segment's first
+line, as pi-autoresearch's dashboard shows it, is kept in `meta.vs_baseline`. A line without a time
+takes the nearest earlier line's (else the nearest later one's, else the moment of the import).
 
 pi-autoresearch's own confidence score (|best kept − baseline| / MAD of the segment's values) is
-computed per segment and stored in `runs.summary["import"]`, next to this product's paired test of
-the same comparison, so `history` and the report show where the two disagree. The confidence a line
-logged is kept in the experiment's `meta.pi_confidence`, never in the hypothesis' 0..1 `confidence`
-column.
+computed per segment (runner.record.import_summary) and stored in `runs.summary["import"]`, next to
+this product's paired test of the same comparison, so `history` and the report show where the two
+disagree. The confidence a line logged is kept in the experiment's `meta.pi_confidence`, never in the
+hypothesis' 0..1 `confidence` column.
 
 Long fields are capped where they are shown (titles, rationale, notes, source refs); the whole text
 stays in the experiment's `meta` (`description`, `asi`, `literature_source`).
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +43,8 @@ import sqlite_utils
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, run_records, samples, waves
-from runner import stats
+from runner.record.import_summary import segment_comparison
 from runner.record.logformats import (
-    PI_LIKELY,
-    PI_MARGINAL,
     STATUS_MAP,
     Format,
     LogLine,
@@ -53,8 +54,6 @@ from runner.record.logformats import (
     cap,
     finite,
     parse,
-    pi_confidence,
-    pi_label,
 )
 
 VERDICT_MAP = {"keep": "keep", "discard": "discard"}
@@ -145,11 +144,34 @@ def _source_ref(text: str) -> str:
     return text if text.startswith(_REF_PREFIXES) else f"note:{text}"
 
 
-def _stamp(value: Any, fallback: float) -> float:
+def _stamp(value: Any) -> float | None:
     if not finite(value):
-        return fallback
+        return None
     seconds = float(value)
     return seconds / 1000 if seconds > 1e11 else seconds  # milliseconds in pi's logs
+
+
+def _times(lines: Sequence[LogLine], fallback: float) -> list[float]:
+    """Each line's time; a line without one takes the nearest earlier line's, else the nearest
+    later one's (a fork writes some lines without a timestamp), else `fallback` (a results.tsv
+    without a time column: the moment of the import)."""
+    stamps = [_stamp(line.timestamp) for line in lines]
+    first_known = next((t for t in stamps if t is not None), fallback)
+    out: list[float] = []
+    previous: float | None = None
+    for stamp in stamps:
+        previous = stamp if stamp is not None else previous
+        out.append(previous if previous is not None else first_known)
+    return out
+
+
+def _vs_baseline(value: float, baseline: float) -> float | None:
+    """pi-autoresearch's "Δ baseline" (assets/template.html:956-959, log_experiment's own figure at
+    index.ts:2316-2321): (value - baseline) / baseline, raw (not turned so that positive = better);
+    None for a value of 0 or below or a baseline of 0."""
+    if baseline == 0 or value <= 0:
+        return None
+    return (value - baseline) / baseline
 
 
 def _better(value: float, reference: float, direction: str) -> tuple[float | None, float | None]:
@@ -169,11 +191,13 @@ def import_log(
     lenient: bool = False,
     metric: str | None = None,
     direction: str | None = None,
+    statuses: Mapping[str, str] | None = None,
 ) -> ImportResult:
     """Import every segment of the log as a run. All or nothing: the file is read and checked
-    first, then written in one transaction."""
+    first, then written in one transaction. `statuses` maps status words to keep, discard, crash,
+    checks_failed or skip (`--status WORD=STATUS`)."""
     path = path.expanduser().resolve()
-    log = parse(path, fmt=fmt, lenient=lenient, metric=metric, direction=direction)
+    log = parse(path, fmt=fmt, lenient=lenient, metric=metric, direction=direction, statuses=statuses)
     origin_prefix = f"{path}#"
     imported: list[ImportedRun] = []
     with transaction(db):
@@ -210,55 +234,6 @@ def import_jsonl(db: sqlite_utils.Database, path: Path, *, name: str | None = No
     return import_log(db, path, name=name, fmt="jsonl").runs
 
 
-def _segment_comparison(segment: Segment, experiment_ids: list[int]) -> dict[str, Any]:
-    """pi's confidence for the segment next to a paired test of the same comparison (best kept
-    against the baseline), and whether the two agree."""
-    metric, direction = segment.metric, segment.direction
-    pi_values = [line.values.get(metric, 0.0) for line in segment.lines]
-    score = pi_confidence(pi_values, [line.pi_status for line in segment.lines], direction)
-    logged = segment.lines[-1].confidence
-    baseline = segment.lines[0].values.get(metric)
-    kept = [
-        (line.values[metric], eid)
-        for line, eid in list(zip(segment.lines, experiment_ids, strict=True))[1:]
-        if line.status == "keep" and metric in line.values
-    ]
-    out: dict[str, Any] = {
-        "pi_confidence": score,
-        "pi_label": pi_label(score),
-        "pi_logged": logged,
-        "baseline": baseline,
-        "best_kept": None,
-        "best_experiment": None,
-        "paired": None,
-        "agree": None,
-    }
-    if not kept or baseline is None:
-        out["paired_reason"] = "no kept value after the baseline, or no baseline value, to compare"
-        return out
-    best, best_id = (max if direction == "higher" else min)(kept, key=lambda x: x[0])
-    out.update(best_kept=best, best_experiment=best_id)
-    if baseline <= 0 or best <= 0:
-        out["paired_reason"] = "values of 0 or below: no log ratio, so no paired test"
-        return out
-    side: stats.Direction = "higher" if direction == "higher" else "lower"
-    decision = stats.decide_paired([baseline], [best], stats.Policy(direction=side), final=True)
-    out["paired"] = {"verdict": decision.verdict, "effect": decision.effect, "pairs": decision.pairs}
-    out["paired_reason"] = (
-        f"one measurement of each side: a paired test needs at least {stats.MIN_VALUES} pairs"
-        if decision.pairs < stats.MIN_VALUES
-        else decision.reason
-    )
-    if score is not None:
-        # They disagree when pi calls the gain likely real and the test does not keep it, or pi
-        # calls it noise and the test keeps it.
-        out["agree"] = not (
-            (score >= PI_LIKELY and decision.verdict != "keep")
-            or (score < PI_MARGINAL and decision.verdict == "keep")
-        )
-    return out
-
-
 def _import_segment(
     db: sqlite_utils.Database, log: ParsedLog, segment: Segment, name: str | None, *, multi: bool
 ) -> ImportedRun:
@@ -271,7 +246,7 @@ def _import_segment(
     imported_from = f"{path}#segment={segment.index}"
     stamp = now()
     first = segment.lines[0]
-    times = [_stamp(line.timestamp, stamp) for line in segment.lines]
+    times = _times(segment.lines, stamp)
     policy = {"metric": metric, "direction": direction, "unit": segment.unit, "origin": "import"}
     run_id = run_records.create(
         db,
@@ -318,7 +293,7 @@ def _import_segment(
             reference_commit = line.commit or reference_commit
             head = line.commit or head
             kept += 1
-    comparison = _segment_comparison(segment, experiment_ids)
+    comparison = segment_comparison(segment, experiment_ids)
     summary = {
         "import": {
             "format": log.format,
@@ -327,7 +302,9 @@ def _import_segment(
             "segment": segment.index,
             "config_line": segment.config_line,
             "lines": len(segment.lines),
-            "notes": dict(Counter(note for line in segment.lines for note in line.notes)),
+            "notes": dict(
+                Counter([*segment.notes, *(note for line in segment.lines for note in line.notes)])
+            ),
             **comparison,
         }
     }
@@ -422,6 +399,10 @@ def _import_line(
                 "pi_status": line.pi_status,
                 "baseline": is_baseline,
                 "pi_confidence": line.confidence,
+                # pi's baseline is the segment's first line, a value it does not read is 0.
+                "vs_baseline": _vs_baseline(
+                    line.values.get(metric, 0.0), segment.lines[0].values.get(metric, 0.0)
+                ),
                 "asi": line.asi,
                 "metric_unit": segment.unit,
                 "description": line.description,
@@ -535,51 +516,3 @@ def _import_decision(
             "created_at": when,
         },
     )
-
-
-# --- describing an imported run --------------------------------------------------------------------
-
-
-def summary_lines(run_summary: dict[str, Any] | None) -> list[str]:
-    """What the import of a run read and how pi-autoresearch's confidence compares with a paired
-    test, as lines for `history` and the report (empty for a run that was not imported)."""
-    info = (run_summary or {}).get("import")
-    if not isinstance(info, dict):
-        return []
-    where = f"config line {info['config_line']}" if info.get("config_line") else "no config line"
-    segment, session = info.get("segment"), info.get("session")
-    named = f" {session!r}" if session else ""
-    lines, fmt = info.get("lines"), info.get("format")
-    out = [f"Imported {lines} lines of a {fmt} log{named} (segment {segment}, {where})"]
-    score, logged = info.get("pi_confidence"), info.get("pi_logged")
-    if score is None:
-        text = (
-            "pi-autoresearch's confidence: not computable (it needs 3 values above 0 that vary, "
-            "and a kept value other than the baseline)"
-        )
-    else:
-        text = f"pi-autoresearch's confidence: {score:.2f}x its noise floor ({pi_label(score)})"
-    if finite(logged):
-        text += f"; the log's last line says {logged:.2f}x"
-    out.append(text)
-    best, baseline = info.get("best_kept"), info.get("baseline")
-    paired = info.get("paired")
-    if best is not None and baseline is not None:
-        number = info.get("best_experiment")
-        target = f"the best kept value ({best:g}, #{number}) against the baseline ({baseline:g})"
-    else:
-        target = "the best kept value against the baseline"
-    verdict = paired.get("verdict") if isinstance(paired, dict) else None
-    out.append(f"Paired test of {target}: {verdict or 'none'} ({info.get('paired_reason')})")
-    agree = info.get("agree")
-    if agree is False:
-        out.append(
-            f"They disagree: pi-autoresearch calls the gain {pi_label(score)}, the paired test "
-            + ("keeps it" if verdict == "keep" else "cannot keep it")
-        )
-    elif agree is True:
-        out.append("They agree")
-    notes = info.get("notes") or {}
-    if notes:
-        out.append("Read as noted: " + "; ".join(f"{n} x {note}" for note, n in notes.items()))
-    return out

@@ -26,7 +26,7 @@ import sqlite_utils
 from kb.errors import UserError
 from kb.vocabulary import STOP_MEANINGS, legend
 from runner.record import history
-from runner.record.importer import summary_lines
+from runner.record.import_summary import summary_lines
 from runner.record.winners import provenance
 from runner.stats import cell_interval, cell_pct
 
@@ -246,8 +246,10 @@ def _waves_blocks(waves: list[history.WaveInfo]) -> list[Block]:
 
 
 def _experiments_blocks(exps: list[history.ExperimentInfo], *, imported: bool = False) -> list[Block]:
-    """The experiments table; an imported run's has a last column: the confidence pi-autoresearch
-    logged on each line (a multiple of its noise floor, next to this product's verdict)."""
+    """The experiments table; an imported run's has two last columns: each line's change against the
+    segment's first line as pi-autoresearch's dashboard shows it (raw, not turned so that positive =
+    better), and the confidence pi-autoresearch logged on it (a multiple of its noise floor, next to
+    this product's verdict)."""
     table_rows = []
     for e in exps:
         d = e.decision
@@ -265,13 +267,20 @@ def _experiments_blocks(exps: list[history.ExperimentInfo], *, imported: bool = 
                 str(e.pairs) if d else "",
                 f"{d.noise:.2%}" if d and d.noise is not None else "",
                 _num(d.q_value) if d else "",
-                *([_num(_float(e.meta.get("pi_confidence")), ".3g")] if imported else []),
+                *(
+                    [
+                        cell_pct(_float(e.meta.get("vs_baseline"))),
+                        _num(_float(e.meta.get("pi_confidence")), ".3g"),
+                    ]
+                    if imported
+                    else []
+                ),
             ]
         )
     headers = ["#", "Wave", "Kind", "Title", "Status", "Verdict", "Effect", "CI", "Pairs", "Noise", "q"]
     blocks: list[Block] = [
         Heading("Experiments"),
-        Table(headers + (["pi confidence"] if imported else []), table_rows),
+        Table(headers + (["Δ baseline", "pi confidence"] if imported else []), table_rows),
     ]
     shown = legend(e.status for e in exps)
     if shown:  # one line per status word in the table: what it means

@@ -23,6 +23,7 @@ from kb.workspace import Workspace
 from runner.record import history
 from runner.record.importer import TITLE_MAX, ImportResult, import_log
 from runner.record.logformats import pi_confidence
+from runner.record.logtypes import unknown_status_reason
 from runner.record.redecide import redecide
 from runner.record.report import write_report
 from tests.runner.fixtures import make_workspace
@@ -547,19 +548,23 @@ def test_results_tsv_malformed_rows(ws: Workspace, tmp_path: Path) -> None:
     before = counts(db)
     with pytest.raises(
         UserError,
-        match=r"bad.tsv:7: status 'maybe' must be one of keep, discard, crash, checks_failed \(2 malformed",
+        match=r"bad.tsv:7: status 'maybe' is not keep, discard, crash or checks_failed .*--status "
+        r"maybe=keep, discard, crash, checks_failed or skip \(2 malformed",
     ):
         import_log(db, path)
     assert counts(db) == before
     result = import_log(db, path, lenient=True)
     assert [(s.line, s.reason) for s in result.skipped] == [
-        (7, "status 'maybe' must be one of keep, discard, crash, checks_failed"),
+        (7, unknown_status_reason("maybe")),
         (8, "2 columns; the header has 5"),
     ]
     assert result.imported_lines == 5
     (tmp_path / "noheader.tsv").write_text("a1b2c3d\t0.99\tkeep\n")
-    with pytest.raises(UserError, match="needs a status column"):
+    with pytest.raises(UserError, match=r"noheader.tsv:1: no header row: the first line is a row \(status"):
         import_log(db, tmp_path / "noheader.tsv")
+    (tmp_path / "otherheader.tsv").write_text("commit\tval_bpb\tresult\na1b2c3d\t0.99\tok\n")
+    with pytest.raises(UserError, match="needs a status column"):
+        import_log(db, tmp_path / "otherheader.tsv")
 
 
 # --- huge fields ------------------------------------------------------------------------------------

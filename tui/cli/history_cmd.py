@@ -39,7 +39,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     click.echo(f"Run {run.id} {run.name}: {run.status}{stopped}")
     click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
-        from runner.record.importer import summary_lines
+        from runner.record.import_summary import summary_lines
 
         click.echo(f"  imported from {run.imported_from}")
         for line in summary_lines(run.summary):
@@ -252,6 +252,16 @@ def redecide(
         click.echo(f"  saved {result.saved} decisions (origin redecide)")
 
 
+def _skipped(kind: str, n: int) -> str:
+    """The lines the import left out on purpose, by result.ignored's key: a line type pi-autoresearch
+    skips too (hook, finalize), `comment` or `status WORD` (a status word that means skip)."""
+    if kind == "comment":
+        return f"{n} comment lines (#) skipped"
+    if kind.startswith("status "):
+        return f"{n} lines of status {kind.removeprefix('status ')!r} skipped"
+    return f"{n} {kind} lines skipped as pi-autoresearch skips them"
+
+
 @click.command("import")
 @click.argument("file", type=PathArg(dir_okay=False, path_type=Path))
 @click.option("--name", type=TEXT, default=None, help="Run name (default: import-<config name>).")
@@ -272,7 +282,16 @@ def redecide(
     "--direction",
     type=click.Choice(["higher", "lower"]),
     default=None,
-    help="results.tsv: which way is better (default: lower, as val_bpb).",
+    help="results.tsv: which way is better (default: the log's `# metric_direction` comment, else the way "
+    "its keeps moved the metric, else lower, as val_bpb).",
+)
+@click.option(
+    "--status",
+    "status_words",
+    multiple=True,
+    metavar="WORD=STATUS",
+    help="What a status word of the log means: keep, discard, crash, checks_failed or skip (not "
+    "imported). Repeatable; wins over the words the import knows (baseline, revert, timeout, ...).",
 )
 @json_option
 @click.pass_context
@@ -284,6 +303,7 @@ def import_(
     lenient: bool,
     metric: str | None,
     direction: str | None,
+    status_words: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Import another loop's log into the history: a pi-autoresearch autoresearch.jsonl (or
@@ -292,9 +312,24 @@ def import_(
     from runner.record.importer import import_log
     from runner.record.logformats import cap
 
+    statuses: dict[str, str] = {}
+    for pair in status_words:
+        word, sep, status = pair.rpartition("=")
+        if not sep or not word.strip():
+            raise click.BadParameter(
+                f"{pair!r}: write WORD=STATUS, e.g. tentative=keep", param_hint="--status"
+            )
+        statuses[word] = status
     ws = workspace(ctx)
     result = import_log(
-        ws.db(), file, name=name, fmt=fmt, lenient=lenient, metric=metric, direction=direction
+        ws.db(),
+        file,
+        name=name,
+        fmt=fmt,
+        lenient=lenient,
+        metric=metric,
+        direction=direction,
+        statuses=statuses,
     )
     for s in result.skipped:
         click.echo(f"warning: {result.path}:{s.line}: {cap(s.reason, 300)}; {s.action}", err=True)
@@ -309,9 +344,7 @@ def import_(
         )
     click.echo(
         f"{result.lines} lines read ({result.format}), {result.imported_lines} imported as experiments"
-        + "".join(
-            f", {n} {kind} lines skipped as pi-autoresearch skips them" for kind, n in result.ignored.items()
-        )
+        + "".join(f", {_skipped(kind, n)}" for kind, n in result.ignored.items())
         + "".join(f", {n} malformed lines {action} (--lenient)" for action, n in result.malformed.items())
     )
     for note, n in sorted(result.notes.items(), key=lambda item: -item[1]):
