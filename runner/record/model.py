@@ -67,6 +67,16 @@ class RunInfo:
     """Why a finished run stopped: one token of kb.vocabulary.STOP_REASONS."""
 
     @property
+    def policy_shown(self) -> str:
+        """The policy's plain settings as `key=value, ...` (history, report): nested ones and
+        unset ones (an imported run without a unit) left out."""
+        return ", ".join(
+            f"{k}={v}"
+            for k, v in sorted(self.policy.items())
+            if v is not None and not isinstance(v, dict | list)
+        )
+
+    @property
     def metric(self) -> str | None:
         value = self.policy.get("metric")
         return str(value) if value else None

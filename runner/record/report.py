@@ -189,8 +189,7 @@ def _run_blocks(run: history.RunInfo) -> list[Block]:
     if run.head_commit and run.head_commit != run.baseline_commit:
         items.append(f"Head commit: {run.head_commit}")
     if run.policy:
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(run.policy.items()) if not isinstance(v, dict | list))
-        items.append(f"Policy: {shown}")
+        items.append(f"Policy: {run.policy_shown}")
     if run.budget:
         items.append(
             "Budget: " + ", ".join(f"{k}={v}" for k, v in sorted(run.budget.items()) if v is not None)

@@ -152,6 +152,9 @@ def test_a_unitless_config_has_no_unit(ws: Workspace, tmp_path: Path) -> None:
     )  # fmt: skip
     (run,) = imported(ws, log)["runs"]
     assert shown(ws, run["name"])["policy"]["unit"] is None
+    text = cli(ws, "history", "--run", run["name"]).output
+    policy = next(line for line in text.splitlines() if line.startswith("  policy "))
+    assert "unit" not in policy and "metric=score" in policy, policy
 
 
 def test_the_effect_against_the_baseline_as_pi_shows_it(ws: Workspace, tmp_path: Path) -> None:

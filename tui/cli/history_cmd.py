@@ -47,8 +47,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     if run.branch:
         click.echo(f"  branch {run.branch}: {_short(run.baseline_commit)} -> {_short(run.head_commit)}")
     if run.policy:
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(run.policy.items()) if not isinstance(v, dict | list))
-        click.echo(f"  policy {shown}")
+        click.echo(f"  policy {run.policy_shown}")
     if run.self_test:
         passed = run.self_test.get("passed")
         click.echo(
