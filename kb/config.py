@@ -198,6 +198,9 @@ class LLMSettings(_Section):
     """json_schema: also send the answer's schema as `response_format`, so servers that support it
     (OpenAI, llama-server, vLLM) constrain decoding to it; litellm drops it for providers that do not.
     prompt: only describe the schema in the system message."""
+    context_tokens: int | None = Field(None, ge=1024)
+    """The model's context window in tokens (unset: litellm's figure for known models; for a local
+    server, learned from its first "context exceeded" answer). Patch prompts are cut to fit it."""
 
 
 class BudgetSettings(_Section):

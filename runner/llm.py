@@ -84,6 +84,29 @@ class BudgetExceeded(LLMError):
     """The LLM dollar budget is spent; no further calls are made."""
 
 
+class ContextExceeded(LLMError):
+    """The prompt did not fit the model's context window; `limit` is the window the server named
+    (None when it did not say). The caller may ask again with a shorter prompt."""
+
+    def __init__(self, message: str, limit: int | None) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+CHARS_PER_TOKEN = 3.0
+"""A conservative characters-per-token figure for prompts of code (prose is nearer 4)."""
+_CONTEXT_SIZE = re.compile(
+    r"(?:context (?:size|length|window)|maximum context length)\D{0,40}?(\d{3,7}) tokens", re.IGNORECASE
+)
+
+
+def context_limit(error: str) -> int | None:
+    """The context window a "context exceeded" error names: llama-server's "available context size
+    (16384 tokens)", OpenAI's "maximum context length is 8192 tokens", ...; None if it names none."""
+    found = _CONTEXT_SIZE.search(error)
+    return int(found.group(1)) if found else None
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     model: str
@@ -94,6 +117,7 @@ class LLMConfig:
     temperature: float = 0.2
     max_tokens: int | None = None
     structured_output: Literal["json_schema", "prompt"] = "json_schema"
+    context_tokens: int | None = None
 
     @classmethod
     def from_settings(
@@ -231,6 +255,33 @@ class LLMClient:
     _mock_index: int = field(default=0, init=False)
     _step: str | None = field(default=None, init=False)
     """The step key of the call in progress (complete_structured's `step`), stored on its rows."""
+    _learned_context: int | None = field(default=None, init=False)
+    """The context window a server named when a prompt did not fit (used for later prompts)."""
+
+    def context_tokens(self) -> int | None:
+        """The model's context window: llm.context_tokens, else what the server said, else
+        litellm's figure for a known model; None when nothing says."""
+        if self.config.context_tokens is not None:
+            return self.config.context_tokens
+        if self._learned_context is not None:
+            return self._learned_context
+        if self.config.api_base:
+            return None  # a local server serves whatever it was started with, whatever its name
+        try:
+            info = litellm_module().get_model_info(self.config.model)
+        except Exception:  # an unmapped model
+            return None
+        tokens = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(tokens) if isinstance(tokens, int) and tokens > 0 else None
+
+    def prompt_chars(self) -> int | None:
+        """How many characters a prompt may hold to fit the context window with room for the
+        answer (and a retry's follow-up turns); None: no known limit."""
+        tokens = self.context_tokens()
+        if tokens is None:
+            return None
+        answer = self.config.max_tokens or min(4096, tokens // 4)
+        return max(4000, int((tokens - answer) * CHARS_PER_TOKEN * 0.75))
 
     def _replay(
         self,
@@ -365,6 +416,17 @@ class LLMClient:
                     self._row(purpose, prompt, hypothesis_id, attempt, error=error, duration_ms=duration)
                 )
                 attempt += 1
+                if kind == "ContextWindowExceededError":
+                    limit = context_limit(detail)
+                    if limit is not None:
+                        self._learned_context = limit
+                    raise ContextExceeded(
+                        f"{purpose}: the prompt ({len(prompt):,} characters) does not fit the context "
+                        f"window of {self.config.model}"
+                        + (f" ({limit} tokens)" if limit else "")
+                        + f" (llm call {call_id})",
+                        limit,
+                    ) from None
                 retryable = kind in _RETRYABLE
                 if retryable and failures < self.config.max_retries:
                     failures += 1

@@ -36,6 +36,7 @@ from runner.harness import patchpaths
 from runner.harness.patchpaths import protected_paths, refusal
 from runner.hypotheses import add_note, add_patch, diff_files, evidence_of, get, latest_patch, set_status
 from runner.research.port import PortContext, port_context
+from runner.research.prompt_sizes import FULL, MAX_FILE_CHARS, MAX_SHRINKS, WINDOW_LINES, Sizes
 
 if TYPE_CHECKING:
     import git
@@ -44,9 +45,6 @@ if TYPE_CHECKING:
     from runner.llm import LLMClient
 
 DEFAULT_ATTEMPTS = 3
-MAX_FILES = 5
-MAX_FILE_CHARS = 24_000
-WINDOW_LINES = 60
 
 
 class PatchAnswer(BaseModel):
@@ -160,13 +158,15 @@ def _window(text: str, line: int, around: int = WINDOW_LINES) -> str:
     return f"[lines {start + 1}-{end} of {len(lines)}]\n" + "\n".join(lines[start:end])
 
 
-def _excerpt(text: str, terms: list[str], context: int = 30) -> str:
-    """A big file cut down to windows around its most telling lines, in file order.
+def _excerpt(text: str, terms: list[str], context: int = 30, limit: int = MAX_FILE_CHARS) -> str:
+    """A big file cut down to windows around its most telling lines, in file order, to about
+    `limit` characters.
 
     A line scores by the terms it mentions, each weighted by how rare it is in the file, so a line
     naming `rms_norm` beats one of a hundred lines that merely say `mul`."""
-    if len(text) <= MAX_FILE_CHARS:
+    if len(text) <= limit:
         return text
+    context = max(3, min(context, limit // 400))  # a small budget shows more, narrower windows
     lines = text.splitlines()
     lowered = [line.lower() for line in lines]
     counts = {t: sum(1 for line in lowered if t in line) for t in {t.lower() for t in terms}}
@@ -178,7 +178,7 @@ def _excerpt(text: str, terms: list[str], context: int = 30) -> str:
     chosen: list[tuple[int, int]] = []
     used = 0
     for score, i in scored:
-        if score <= 0 or used >= MAX_FILE_CHARS:
+        if score <= 0 or used >= limit:
             break
         lo, hi = max(0, i - context), min(len(lines), i + context + 1)
         if any(lo < b and a < hi for a, b in chosen):
@@ -186,7 +186,7 @@ def _excerpt(text: str, terms: list[str], context: int = 30) -> str:
         chosen.append((lo, hi))
         used += sum(len(line) + 1 for line in lines[lo:hi])
     if not chosen:
-        chosen = [(0, min(len(lines), 200))]
+        chosen = [(0, min(len(lines), 200, max(10, limit // 80)))]
     parts = [
         f"[lines {lo + 1}-{hi} of {len(lines)}]\n" + "\n".join(lines[lo:hi]) for lo, hi in sorted(chosen)
     ]
@@ -211,6 +211,7 @@ def gather_files(
     hypothesis_id: int,
     settings: Settings,
     protected: list[tuple[str, str]],
+    sizes: Sizes = FULL,
 ) -> _Context:
     """The target files relevant to a hypothesis: those its evidence names (fork commit files that
     exist at the baseline), then those a `git grep` of the baseline finds for its identifiers."""
@@ -232,7 +233,8 @@ def gather_files(
     for f in store.fusion_sites(db, evidence_ids, 3):
         text = gitrepo.show_file(repo, baseline, f["file"])
         if text is not None:
-            references.append((f"{f['backend']}: {f['file']}:{f['line']}", _window(text, int(f["line"]))))
+            where = f"{f['backend']}: {f['file']}:{f['line']}"
+            references.append((where, _window(text, int(f["line"]), sizes.window_lines)))
     reference_files = {label.split(": ", 1)[1].rsplit(":", 1)[0] for label, _ in references}
     if terms:
         found = gitrepo.grep_count(repo, baseline, terms, settings.target.paths_of_interest or None)
@@ -247,13 +249,13 @@ def gather_files(
         wanted = dict.fromkeys([*port.baseline_paths, *wanted])
     files: dict[str, str] = {}
     for path in wanted:
-        if len(files) >= MAX_FILES:
+        if len(files) >= sizes.files:
             break
         if refusal([path], protected):
             continue
         text = gitrepo.show_file(repo, baseline, path)
         if text is not None:
-            files[path] = _excerpt(text, terms)
+            files[path] = _excerpt(text, terms, limit=sizes.file_chars)
     return _Context(files=files, references=references, terms=terms, port=port)
 
 
@@ -264,11 +266,12 @@ def _messages(
     settings: Settings,
     nonce: str,
     protected: list[tuple[str, str]],
+    sizes: Sizes = FULL,
 ) -> list[dict[str, str]]:
     hyp = hypothesis_store.stored(db, hypothesis_id)
     assert hyp is not None
     evidence, _ = prompting.evidence_blocks(
-        db, evidence_of(db, hypothesis_id), nonce, per_item=3000, total=20_000
+        db, evidence_of(db, hypothesis_id), nonce, per_item=sizes.evidence_item, total=sizes.evidence_total
     )
     system = (
         "You are a performance engineer writing one patch for the target repository. Answer with a "
@@ -289,7 +292,7 @@ def _messages(
         parts.append(
             "A patch exists (from a fork, or written against an earlier baseline) but does not apply "
             "to the baseline. Rebase it: produce the same change against the baseline files shown.\n"
-            + prompting.block(nonce, "original-patch", prompting.clip(patch["diff"], 20_000))
+            + prompting.block(nonce, "original-patch", prompting.clip(patch["diff"], sizes.patch_chars))
             + "\n"
             + prompting.block(nonce, "git-apply-error", patch["apply_error"] or "")
         )
@@ -301,7 +304,7 @@ def _messages(
                     prompting.block(
                         nonce,
                         "fork-function" if label.startswith("fork") else "baseline-function",
-                        text,
+                        prompting.clip(text, sizes.function_chars),
                         location=label.split(": ", 1)[1],
                     )
                     for label, text in ctx.port.functions
@@ -371,7 +374,7 @@ def write_patch(
     the model calls' step keys (runner/llm.py), so a resumed research phase reuses stored answers.
     `from_experiment`: the experiment this patch answers (a port after a `conflict`)."""
     from kb import gitrepo
-    from runner.llm import BudgetExceeded, LLMError
+    from runner.llm import BudgetExceeded, ContextExceeded, LLMError
 
     settings = ws.settings
     base = baseline or settings.target.baseline_commit or settings.target.baseline
@@ -387,19 +390,28 @@ def write_patch(
         return outcome
     nonce = prompting.new_nonce()
     protected = protected_paths(ws, settings)
-    ctx = gather_files(db, repo, base, hypothesis_id, settings, protected)
-    messages = _messages(db, hypothesis_id, ctx, settings, nonce, protected)
-    if repair is not None:
-        failed = store.patch_diff(db, repair.patch_id)
-        messages[-1]["content"] += (
-            f"\n\nAn earlier patch for this hypothesis {REPAIR_WHAT.get(repair.stage, 'failed')} "
-            f"(experiment {repair.experiment_id}). Correct it: keep the idea, fix what failed.\n"
-            + prompting.block(nonce, "failed-patch", prompting.clip(failed or "", 20_000))
-            + "\n"
-            + prompting.block(nonce, f"{repair.stage}-output", prompting.clip(repair.excerpt, 6_000))
-        )
+
+    def first_messages(sizes: Sizes) -> list[dict[str, str]]:
+        ctx = gather_files(db, repo, base, hypothesis_id, settings, protected, sizes)
+        messages = _messages(db, hypothesis_id, ctx, settings, nonce, protected, sizes)
+        if repair is not None:
+            failed = store.patch_diff(db, repair.patch_id)
+            messages[-1]["content"] += (
+                f"\n\nAn earlier patch for this hypothesis {REPAIR_WHAT.get(repair.stage, 'failed')} "
+                f"(experiment {repair.experiment_id}). Correct it: keep the idea, fix what failed.\n"
+                + prompting.block(nonce, "failed-patch", prompting.clip(failed or "", sizes.patch_chars))
+                + "\n"
+                + prompting.block(
+                    nonce, f"{repair.stage}-output", prompting.clip(repair.excerpt, sizes.output_chars)
+                )
+            )
+        return messages
+
+    sizes = Sizes.fit(client.prompt_chars())
+    messages = first_messages(sizes)
     previous = current["id"] if current is not None and (repair is not None or from_experiment) else None
     last_error = ""
+    shrunk = 0
     for _ in range(attempts):
         outcome.attempts += 1
         try:
@@ -411,6 +423,18 @@ def write_patch(
                 validate=_check_answer,
                 step=f"{step}:a{outcome.attempts}" if step else None,
             )
+        except ContextExceeded as exc:
+            # Ask again from the start with less of everything: to the window the server named (the
+            # client keeps it for later prompts), and at least a third smaller than what did not fit.
+            if shrunk >= MAX_SHRINKS:
+                outcome.reason = str(exc)
+                return outcome
+            shrunk += 1
+            smaller = int(sum(len(m["content"]) for m in messages) * 2 / 3)
+            sizes = Sizes.fit(min(client.prompt_chars() or smaller, smaller))
+            messages = first_messages(sizes)
+            last_error = str(exc)
+            continue
         except LLMError as exc:
             outcome.reason = str(exc)
             with transaction(db):

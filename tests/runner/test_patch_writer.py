@@ -11,7 +11,7 @@ import pytest
 from kb.db import one, rows
 from kb.workspace import Workspace
 from runner.hypotheses import latest_patch, set_status
-from runner.llm import LLMClient, LLMConfig
+from runner.llm import LLMClient, LLMConfig, LLMError
 from runner.research.miners import mine
 from runner.research.patch_writer import pending, recount, write_patch, write_patches
 from tests.runner.research_support import Target, git, make_target, make_workspace, seed_kb
@@ -252,3 +252,69 @@ def test_big_files_are_cut_to_their_most_telling_lines() -> None:
     assert "rms_norm_f32" in out and len(out) < MAX_FILE_CHARS * 1.2
     assert "[lines 1971-2031 of 3000]" in out  # the rare term's window, marked with its line range
     assert _excerpt("short\n", ["x"]) == "short\n"
+
+
+def test_a_prompt_too_long_for_a_local_server_is_asked_again_smaller(tmp_path: Path) -> None:
+    """A local OpenAI-compatible server with a small context window (llama-server: 16k tokens for
+    the recipe's model) refuses a prompt that holds the big target files whole; the writer learns
+    the window from the server's answer and asks again with every part cut down to fit."""
+    from runner.llm import ContextExceeded, context_limit
+    from tests.runner.research_support import ScriptedLLM, make_target, make_workspace, seed_kb
+
+    target = make_target(tmp_path)
+    big = "".join(
+        f"/* rms_norm helper {i} */\nstatic float rms_norm_part_{i}(const float *x, int n) {{\n"
+        f"    float s = 0.0f;\n    for (int k = 0; k < n; k++) s += x[k] * x[k] * {i}.0f;\n"
+        "    return s;\n}\n"
+        for i in range(1500)
+    )
+    (target.path / "src/backend-cpu/ops-norm-parts.c").write_text(big)
+    git(target.path, "add", "-A")
+    git(target.path, "commit", "-qm", "many rms_norm helpers")
+    ws = make_workspace(tmp_path, target)
+    seed_kb(ws, target)
+    db = ws.db()
+    gap_h = mine(ws, db).gap_added[0]
+    good = good_diff(target)
+    window = 6000  # tokens; the server counts 3 characters a token
+
+    def server(body: dict[str, object]) -> dict[str, object] | str:
+        chars = sum(len(str(m["content"])) for m in body["messages"])  # type: ignore[attr-defined]
+        if chars // 3 > window:
+            return {
+                "status": 400,
+                "content": f"request ({chars // 3} tokens) exceeds the available context size "
+                f"({window} tokens), try increasing it",
+            }
+        return answer(good)
+
+    with ScriptedLLM(server) as llm:
+        c = LLMClient(db, LLMConfig(model=llm.litellm_model, api_base=llm.base_url), backoff_s=0)
+        assert c.context_tokens() is None  # a local server's window is not known in advance
+        outcome = write_patch(ws, db, c, gap_h)
+        sizes = [sum(len(str(m["content"])) for m in r["messages"]) for r in llm.requests]
+
+    assert outcome.status == "patched", outcome.reason
+    assert c.context_tokens() == window  # learned from the server's answer, kept for later prompts
+    assert sizes[0] // 3 > window >= sizes[-1] // 3, sizes
+    calls = rows(db, "SELECT error FROM llm_calls WHERE purpose = 'patch' ORDER BY id")
+    assert "exceeds the available context size (6000 tokens)" in (calls[0]["error"] or "")
+    assert calls[-1]["error"] is None
+    # The next prompt is cut to the learned window from the start.
+    from kb import gitrepo
+    from runner import prompting
+    from runner.harness.patchpaths import protected_paths
+    from runner.research.patch_writer import _messages, gather_files
+    from runner.research.prompt_sizes import Sizes
+
+    fitted = Sizes.fit(c.prompt_chars())
+    protected = protected_paths(ws, ws.settings)
+    repo, base = gitrepo.open_repo(ws.mirror_path), ws.settings.target.baseline_commit
+    ctx = gather_files(db, repo, base, gap_h, ws.settings, protected, fitted)
+    prompt = _messages(db, gap_h, ctx, ws.settings, prompting.new_nonce(), protected, fitted)
+    assert sum(len(m["content"]) for m in prompt) // 3 <= window
+    # The servers' wordings of the window they have.
+    assert context_limit("This model's maximum context length is 8192 tokens. However, ...") == 8192
+    assert context_limit("request (9000 tokens) exceeds the available context size (4096 tokens)") == 4096
+    assert context_limit("some other error") is None
+    assert issubclass(ContextExceeded, LLMError)
