@@ -49,6 +49,10 @@ ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; f
 # and dropped, so a step that floods its output fills neither the log's disk nor the runner.
 AR_OUTPUT_MAX=${AUTORESEARCH_STEP_OUTPUT_MAX:-67108864}
 if command -v fold > /dev/null; then AR_FOLD=(fold -b -w 65536); else AR_FOLD=(cat); fi
+# Under the uid method, the most processes (and threads) the steps' user may have at once: a fork
+# bomb in a build stops there, before the machine runs out of process ids or memory.
+AR_NPROC=${AUTORESEARCH_STEP_NPROC:-4096}
+[[ $AR_NPROC =~ ^[1-9][0-9]*$ ]] || AR_NPROC=4096
 ar_escape() {
   "${AR_FOLD[@]}" | LC_ALL=C awk -v max="$AR_OUTPUT_MAX" '{
     n += length($0) + 1
@@ -124,7 +128,8 @@ ar_plan() { # ar_plan SIDE METHOD: the sandbox plan of SIDE's steps (see ar-sand
     # Root outside too: device nodes would stay writable to it, so only the harmless ones remain.
     [ "$(id -u)" = 0 ] && printf 'mindev\n'
   fi
-  [ "$method" = uid ] && printf 'user\t%s\t%s\n' "$AR_UID" "$AR_GID"
+  # As root the steps of every job are one user, whose processes RLIMIT_NPROC counts together.
+  [ "$method" = uid ] && printf 'user\t%s\t%s\nnproc\t%s\n' "$AR_UID" "$AR_GID" "$AR_NPROC"
   printf 'tmpfs\t/tmp\t1777\ntmpfs\t/var/tmp\t1777\n'
   { [ "$method" = userns ] && [ "$(id -u)" = 0 ]; } || printf 'tmpfs\t/dev/shm\t1777\n'
   while IFS= read -r entry; do
