@@ -348,22 +348,29 @@ ar_start() {
   ar_check "before-batch-$BATCH" "" || finish failed tampered
 }
 
-ar_step() { # ar_step NAME SIDE CMD...: the step's exit code (the job ends if it tampered)
+# ar_step NAME SIDE CMD...: the step's exit code (the job ends if it tampered). With AR_STEP_LIMIT
+# (seconds) set, the step is ended from outside the sandbox 10 seconds after that limit: the run
+# script's own `timeout` runs inside the step, as the step's user, which can stop it (ptrace), and
+# the step would then run until the job's deadline. Exit 124, as for a timeout.
+ar_step() {
   local name=$1 side=$2 rc
-  local -a envs=()
+  local -a envs=() limit=()
   shift 2
+  if [[ ${AR_STEP_LIMIT:-} =~ ^[0-9]+$ ]]; then
+    limit=(timeout --foreground -k 5 "$((AR_STEP_LIMIT + 10))")
+  fi
   if [ "$AR_MODE" = none ]; then
     # Without isolation a candidate's process can outlive its step: what changed since the last
     # step ended is its doing (the harness ran nothing), so look before this step can hide it.
     [ -z "$AR_LAST" ] || ar_check "after-$AR_LAST" "" || finish failed tampered
-    (cd "$(ar_tree "$side")" && env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
+    (cd "$(ar_tree "$side")" && "${limit[@]}" env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   else
     if [ -n "$AR_CCACHE" ]; then
       envs+=("CCACHE_DIR=$AR_CCACHE")
       [ "$side" = A ] || envs+=(CCACHE_READONLY=1 CCACHE_TEMPDIR=/tmp/ccache-tmp)
     fi
-    env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
+    "${limit[@]}" env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
       "$AR_JAIL" "$AR_STATE/plan-$side" -- "$@" 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   fi

@@ -1,17 +1,19 @@
 """What a hostile step can do to the machine, the runner and the time limits: real trees, real
 processes, the harness's own sandbox (test_harness.py's run scripts). Every attack here is bounded
-even without the fix it checks (a fork loop of 100)."""
+even without the fix it checks (a fork loop of 100, a tracer that gives up after a minute)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
+from runner.harness.template import load_template
 from tests.runner.runner_target import live_processes_under
-from tests.runner.test_harness import prepared, run_steps
+from tests.runner.test_harness import NONCE, prepared, run_steps
 
 IS_ROOT = os.geteuid() == 0
 HAS_PYTHON = shutil.which("python3") is not None
@@ -55,3 +57,53 @@ def test_a_step_is_the_oom_killers_first_choice_and_forks_within_a_limit(tmp_pat
         assert forked == 100, out
     assert parser.state.status == "done", out
     assert live_processes_under(tmp_path) == []  # every child died with its step
+
+
+# Seizes the step's PID 1 (the run script's `timeout`) with ptrace and holds it stopped, so that its
+# alarm never fires: the step's own time limit no longer ends it.
+TRACER = """\
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+seized = libc.ptrace(0x4206, 1, None, None) == 0 and libc.ptrace(0x4207, 1, None, None) == 0
+print("tracer: PID 1", "held" if seized else "out of reach", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not HAS_PYTHON, reason="the tracer is python3")
+def test_a_step_that_stops_its_own_timeout_is_ended_from_outside(tmp_path: Path) -> None:
+    """The template's `timeout` runs inside the step (its PID 1), as the step's user: the step can
+    ptrace it and hold it stopped. The harness ends the step from outside the sandbox too, a few
+    seconds after its limit, so the job goes on (`timeout`) instead of hanging until its deadline."""
+    ws, workdir = prepared(tmp_path)
+    run = load_template()["run"]
+    # The candidate's build (tree b) holds its timeout; the baseline's builds at once.
+    build = f"if [ \"${{PWD##*/}}\" = b ]; then python3 - <<'EOF'\n{TRACER}EOF\nfi\n"
+    started = time.monotonic()
+    out, parser = run_steps(
+        ws,
+        workdir,
+        "",
+        "",
+        script=run,
+        EXPERIMENT_ID="1",
+        EXPERIMENT_DESC="tracer",
+        BUILD_CMD=build,
+        BUILD_TIMEOUT="1",
+        BENCH_TIMEOUT="1",
+        CHECK_TIMEOUT="1",
+        BENCH_SCRIPT="autoresearch.sh",
+        CHECKS_SCRIPT="autoresearch.checks.sh",
+        PAIR_START="0",
+        PAIRS="1",
+        PAIR_ORDER="AB",
+        RUN_CHECKS="1",
+    )
+    took = time.monotonic() - started
+    assert "\ntracer: PID 1 held\n" in out, out  # the attack itself works here
+    assert parser.state.builds == {"A": 0, "B": 124}, out
+    assert parser.state.status == "failed" and parser.state.reason == "timeout", out
+    assert took < 40, (took, out)  # the tracer holds on for a minute
+    assert live_processes_under(tmp_path) == []
+    assert NONCE in out  # the log is the harness's (markers with the job's nonce)
