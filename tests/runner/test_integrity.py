@@ -227,3 +227,59 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
         ]
     else:
         assert fake["status"] == "kept", lines
+
+
+GUARDED_BENCH = """\
+#!/usr/bin/env bash
+set -euo pipefail
+out=$(./prog)
+printf '%s\\n' "$out" | sed -n 's/^throughput=/METRIC throughput=/p; s/^speed=/METRIC speed=/p'
+"""
+SPEED_LINE = '    printf("speed=%.4f\\n", 1.0 / (t1 - t0));\n'
+
+
+@pytest.mark.slow
+def test_a_candidate_that_leaves_out_a_guard_metric_is_not_kept(tmp_path: Path) -> None:
+    """The binary is the candidate's: one that no longer prints a guarded metric (its benchmark
+    script, protected, finds nothing to report) gave the guard nothing to veto with. The same
+    speedup that still prints it is kept; the one that leaves it out is inconclusive."""
+    from kb.init import TargetSpec, create_workspace
+    from runner.hypotheses import add_hypothesis, add_patch
+    from tests.runner.runner_target import git, make_target, workspace_settings
+
+    target = make_target(tmp_path / "target", bench=GUARDED_BENCH)
+    prog = target / "prog.c"
+    anchor = '    printf("throughput=%.4f\\n", 1.0 / (t1 - t0));\n'
+    prog.write_text(prog.read_text().replace(anchor, anchor + SPEED_LINE))
+    git(target, "commit", "-q", "-am", "print the speed too")
+    guards = [{"metric": "speed", "max_regression": 0.02}]
+    ws = create_workspace(
+        tmp_path / "ws",
+        TargetSpec(
+            location=str(target),
+            extra=workspace_settings(policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"guards": guards}),
+        ),
+    )
+    speedup = make_diff(target, "speedup")
+    original = prog.read_text()
+    prog.write_text(original.replace("    return 9 * n_iter;\n", "    return 0;\n").replace(SPEED_LINE, ""))
+    try:
+        silent = git(target, "diff")
+    finally:
+        prog.write_text(original)
+    db = ws.db()
+    ids = {}
+    for i, (name, diff) in enumerate([("speedup", speedup), ("silent", silent)]):
+        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, diff, author_kind="manual")
+    lines: list[str] = []
+    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    assert exps["speedup"]["status"] == "kept", lines
+    silent_exp = exps["silent"]
+    assert silent_exp["status"] == "inconclusive", (silent_exp, lines)
+    decision = must(
+        one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [silent_exp["id"]])
+    )
+    assert decision["reason"].startswith("guard speed: measured on 0 of the 16 pairs"), decision["reason"]
