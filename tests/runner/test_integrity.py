@@ -283,3 +283,44 @@ def test_a_candidate_that_leaves_out_a_guard_metric_is_not_kept(tmp_path: Path) 
         one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [silent_exp["id"]])
     )
     assert decision["reason"].startswith("guard speed: measured on 0 of the 16 pairs"), decision["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not IS_ROOT, reason="a small file system of its own (tmpfs) needs root")
+def test_a_candidate_that_fills_the_disk_is_crashed_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The trees share the workspace's file system with the database and the logs: a build that
+    writes until the disk is full made the runner's next write fail (`database or disk is full`),
+    and the run stopped, again on every resume. Now the runner stops the job, removes its trees
+    and ends it `crashed`; the honest speedup after it is kept."""
+    import subprocess
+
+    from runner.hypotheses import add_hypothesis, add_patch
+    from tests.runner.attacks import _staged_diff
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    try:
+        ws, target = make_workspace(small, policy=ONE_LOOK, fleet={"parallel": 1, "wave_size": 2})
+        fill = _staged_diff(
+            target,
+            "printf 'fill:\\n\\t-@dd if=/dev/zero of=big bs=1M 2>&1 | tail -n 1\\n' >> Makefile"
+            " && sed -i 's/^prog: prog.c$/prog: prog.c fill/' Makefile",
+        )
+        db = ws.db()
+        ids = {}
+        for i, (name, diff) in enumerate([("fill", fill), ("honest", make_diff(target, "speedup"))]):
+            hid = add_hypothesis(db, name, status="approved", priority=10 - i)
+            assert hid is not None
+            ids[name] = add_patch(db, hid, diff, author_kind="manual")
+        lines: list[str] = []
+        summary = start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+        assert summary.status == "finished", lines
+        exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+        assert (exps["fill"]["status"], exps["fill"]["reason"]) == ("crashed", "build"), lines
+        assert "the disk filled up while it ran" in json.loads(exps["fill"]["meta"])["detail"]
+        assert exps["honest"]["status"] == "kept", lines
+        assert not (ws.worktrees_dir / f"run{summary.run_id}" / f"exp{exps['fill']['id']}").exists()
+    finally:
+        wait_until_gone(small)
+        subprocess.run(["umount", "-l", str(small)], check=False)
