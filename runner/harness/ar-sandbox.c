@@ -22,8 +22,10 @@
  *
  * The command becomes PID 1 of the new PID namespace: when it exits, every process it left is
  * killed by the kernel, so nothing of one step survives into the next; it has an IPC namespace of
- * its own too, so no System V shared memory or message queue it leaves reaches a later step. This process waits for it
- * and exits with its status (128+signal when killed); SIGTERM, SIGINT and SIGHUP kill the step.
+ * its own too, so no System V shared memory or message queue it leaves reaches a later step, and a
+ * session keyring of its own (the user's keyrings emptied, under the uid method). This process
+ * waits for it and exits with its status (128+signal when killed); SIGTERM, SIGINT and SIGHUP kill
+ * the step.
  * All capabilities are dropped (bounding set, effective, permitted, inheritable, ambient) and
  * no_new_privs is set before the command runs. The step's oom_score_adj is 1000, inherited by all
  * it starts (/proc is read-only in the step; as root its floor is raised too): when memory runs
@@ -61,6 +63,10 @@
 #define AT_RECURSIVE 0x8000
 #endif
 #define AR_MOUNT_ATTR_RDONLY 0x00000001
+#define AR_KEYCTL_JOIN_SESSION_KEYRING 1
+#define AR_KEYCTL_CLEAR 7
+#define AR_KEY_SPEC_USER_KEYRING -4
+#define AR_KEY_SPEC_USER_SESSION_KEYRING -5
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
@@ -333,6 +339,24 @@ static void first_to_go(void) {
     }
 }
 
+/* Kernel keyrings are no file: no mount hides them. The step gets a session keyring of its own
+ * (joined before the user switch, so that no quota of the step's user can refuse it): it no longer
+ * holds the caller's, whose keys it could read and add to. Under the uid method every step is the
+ * same user, whose user keyrings outlive a step (a key one step adds, the next would find): they
+ * are emptied before the command runs. A kernel without keyrings has nothing to hide; a failure is
+ * said in the step's output, and the step runs (refusing it would let a step that exhausts a key
+ * quota turn the sandbox off for the steps after it). */
+static void own_session_keyring(void) {
+    if (syscall(SYS_keyctl, AR_KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+        fprintf(stderr, "ar-sandbox: warning: the step keeps the caller's session keyring: %s\n",
+                strerror(errno));
+}
+
+static void empty_user_keyrings(void) {
+    syscall(SYS_keyctl, AR_KEYCTL_CLEAR, AR_KEY_SPEC_USER_KEYRING);
+    syscall(SYS_keyctl, AR_KEYCTL_CLEAR, AR_KEY_SPEC_USER_SESSION_KEYRING);
+}
+
 static void close_other_fds(int keep) {
     int fd;
     for (fd = 3; fd < 1024; fd++)
@@ -392,7 +416,10 @@ static int child_main(int sync_fd, char **argv) {
     if (dir && chdir(dir) != 0)
         die("cannot enter %s", dir);
     close_other_fds(sync_fd);
+    own_session_keyring();
     drop_privileges();
+    if (switch_user)
+        empty_user_keyrings();
     /* A change of credentials clears the parent-death signal: set it again, then make sure the
      * parent did not die in between (it holds the other end of the pipe open while it waits). */
     prctl(PR_SET_PDEATHSIG, SIGKILL);

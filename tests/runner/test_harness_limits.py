@@ -1,9 +1,11 @@
-"""What a hostile step can do to the machine, the runner and the time limits: real trees, real
-processes, the harness's own sandbox (test_harness.py's run scripts). Every attack here is bounded
-even without the fix it checks (a fork loop of 100, a tracer that gives up after a minute)."""
+"""What a hostile step can do to the machine, the runner, the time limits and the steps after it:
+real trees, real processes, the harness's own sandbox (test_harness.py's run scripts). Every attack
+here is bounded even without the fix it checks (a fork loop of 100, a tracer that gives up after a
+minute)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import time
@@ -13,7 +15,7 @@ import pytest
 
 from runner.harness.template import load_template
 from tests.runner.runner_target import live_processes_under
-from tests.runner.test_harness import NONCE, prepared, run_steps
+from tests.runner.test_harness import NONCE, RUN, prepared, run_steps
 
 IS_ROOT = os.geteuid() == 0
 HAS_PYTHON = shutil.which("python3") is not None
@@ -107,3 +109,48 @@ def test_a_step_that_stops_its_own_timeout_is_ended_from_outside(tmp_path: Path)
     assert took < 40, (took, out)  # the tracer holds on for a minute
     assert live_processes_under(tmp_path) == []
     assert NONCE in out  # the log is the harness's (markers with the job's nonce)
+
+
+# Kernel keyrings are no file: no mount hides them. `@s` is the session keyring, `@u` and `@us` the
+# user's keyrings (one set per user: under the uid method, every step's).
+KEYRINGS = "{'s': -3, 'u': -4, 'us': -5}"
+ADD_KEYS = f"""\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, ring in {KEYRINGS}.items():
+    libc.syscall(248, b"user", b"ar-" + name.encode(), b"left", 4, ring)
+"""
+FIND_KEYS = f"""\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, ring in {KEYRINGS}.items():
+    for key in ("ar-" + name, "ar-harness"):
+        if libc.syscall(250, 10, ring, b"user", key.encode(), 0) >= 0:
+            print("FOUND", key, "in @" + name)
+print("searched")
+"""
+
+
+@pytest.mark.skipif(not IS_ROOT or not HAS_PYTHON, reason="the uid method needs root; the probe python3")
+@pytest.mark.parametrize("method", ["auto", "userns"])
+def test_no_key_a_step_leaves_in_a_keyring_reaches_the_next(tmp_path: Path, method: str) -> None:
+    """The candidate's step adds keys to its session keyring and its user's keyrings; the baseline's
+    step after it finds none of them, nor the key the harness's own session keyring holds (a login
+    session's, say, that every step inherited)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    # This test process (and so the harness it starts) gets a session keyring holding a key.
+    assert libc.syscall(250, 1, b"ar-test-session") >= 0, ctypes.get_errno()
+    assert libc.syscall(248, b"user", b"ar-harness", b"secret", 6, -3) >= 0, ctypes.get_errno()
+    ws, workdir = prepared(tmp_path, sandbox={"method": method})
+    b_first = RUN.replace(
+        'ar_step probe-A A bash -c "$STEP_A" < /dev/null; echo "rc A $?"\n'
+        'ar_step probe-B B bash -c "$STEP_B" < /dev/null; echo "rc B $?"\n',
+        'ar_step probe-B B bash -c "$STEP_B" < /dev/null; echo "rc B $?"\n'
+        'ar_step probe-A A bash -c "$STEP_A" < /dev/null; echo "rc A $?"\n',
+    )
+    assert b_first != RUN
+    leave = f"python3 - <<'EOF'\n{FIND_KEYS}EOF\npython3 - <<'EOF'\n{ADD_KEYS}EOF\n"
+    find = f"python3 - <<'EOF'\n{FIND_KEYS}EOF\n"
+    out, parser = run_steps(ws, workdir, find, leave, script=b_first)
+    assert out.count("searched") == 2 and parser.state.status == "done", out
+    assert "FOUND" not in out, out
