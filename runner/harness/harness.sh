@@ -192,6 +192,10 @@ ar_try() { # ar_try METHOD: plans for both sides and a trial step; 0 when it wor
       || { AR_WHY="$method: a path holds a tab or a newline"; return 1; }
   done
   if [ "$method" = uid ]; then
+    # The trees become the steps' user's, and that user may run other processes here, outside any
+    # step (a daemon of its own, a job a scheduler runs for it): the folder that holds the trees is
+    # for the harness alone. A step sees its tree where it is, in a view of its own.
+    chmod 700 "$PWD" || { AR_WHY="uid: cannot close $PWD to other users"; return 1; }
     for side in A B; do # the step's user owns its tree (once per experiment and worker)
       if [ ! -f "$AR_STATE/owned-$side" ]; then
         chown -R "$AR_UID:$AR_GID" "$(ar_tree "$side")" && touch "$AR_STATE/owned-$side" \

@@ -154,3 +154,33 @@ def test_no_key_a_step_leaves_in_a_keyring_reaches_the_next(tmp_path: Path, meth
     out, parser = run_steps(ws, workdir, find, leave, script=b_first)
     assert out.count("searched") == 2 and parser.state.status == "done", out
     assert "FOUND" not in out, out
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root")
+def test_the_trees_are_out_of_reach_of_the_steps_user_outside_the_steps() -> None:
+    """Under the uid method both trees belong to `sandbox.user`. Any process of that user outside
+    a step (a daemon running as nobody, a job a scheduler runs for it, one the candidate's step got
+    started that way) could rewrite the baseline's tree between its steps: the folder holding the
+    trees is closed to everyone but the harness."""
+    import subprocess
+    import tempfile
+
+    # A folder every user may enter, as a workspace usually is (pytest's own is closed to others).
+    root = Path(tempfile.mkdtemp(prefix="ar-open-"))
+    try:
+        root.chmod(0o755)
+        ws, workdir = prepared(root)
+        out, parser = run_steps(ws, workdir, "true", "true")
+        assert parser.state.isolation == "uid+pid+mount" and parser.state.status == "done", out
+        prog = workdir / "a" / "prog.c"
+        assert prog.stat().st_uid != 0  # the steps' user owns the tree
+        outside = subprocess.run(
+            ["sh", "-c", f"echo 'int slow;' >> {prog} && echo WROTE"],
+            user="nobody",
+            capture_output=True,
+            text=True,
+        )
+        assert "WROTE" not in outside.stdout, outside
+        assert "int slow" not in prog.read_text()
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
