@@ -26,7 +26,7 @@ from kb.workspace import Workspace
 from runner.measure.jobs import MAX_JOB_WARNINGS
 from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
-from tests.runner.runner_target import ITERS, live_processes_under, make_diff, make_workspace, must
+from tests.runner.runner_target import ITERS, git, live_processes_under, make_diff, make_workspace, must
 
 ONE_LOOK = {"min_pairs": 16, "batch_pairs": 16, "max_pairs": 16, "min_effect": 0.05}
 IS_ROOT = os.geteuid() == 0
@@ -324,3 +324,42 @@ def test_a_candidate_that_fills_the_disk_is_crashed_and_the_run_goes_on(tmp_path
     finally:
         wait_until_gone(small)
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+@pytest.mark.slow
+def test_a_candidate_printing_zero_does_not_crash_its_wave_mates(tmp_path: Path) -> None:
+    """A value of 0 has no log ratio: the experiment that printed it ends `crashed`. The wave is
+    judged as one (false discoveries across it), and an honest experiment decided while that one
+    still ran was crashed with it. The zero here prints its first zeros at once, then sleeps a
+    second an invocation, and the two workers do not take turns (no machine lock): the honest batch
+    is decided while the zero's first pairs are stored and its job runs on."""
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    fleet = {"parallel": 2, "wave_size": 2, "exclusive_pairs": False}
+    ws, target = make_workspace(tmp_path, policy=ONE_LOOK, fleet=fleet)
+    prog = target / "prog.c"
+    original = prog.read_text()
+    line = 'printf("throughput=%.4f\\n", 1.0 / (t1 - t0));'
+    # Zeros at once, then a second an invocation from pair 2 on: still running at the honest's end.
+    slow_zero = (
+        'printf("throughput=0\\n"); fflush(stdout); const char *p = getenv("AUTORESEARCH_PAIR");'
+        " if (p && atoi(p) >= 2) { struct timespec z = {1, 0}; nanosleep(&z, 0); }"
+    )
+    prog.write_text(original.replace(line, slow_zero))
+    try:
+        zero = git(target, "diff")
+    finally:
+        prog.write_text(original)
+    db = ws.db()
+    ids = {}
+    for i, (name, diff) in enumerate([("zero", zero), ("honest", make_diff(target, "speedup"))]):
+        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, diff, author_kind="manual")
+    lines: list[str] = []
+    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    assert exps["honest"]["status"] == "kept", (exps["honest"], lines)
+    assert exps["zero"]["ended_at"] > exps["honest"]["ended_at"], lines  # it ran on past the decision
+    assert (exps["zero"]["status"], exps["zero"]["reason"]) == ("crashed", "benchmark"), lines
+    assert "values must be positive" in json.loads(exps["zero"]["meta"])["detail"]
