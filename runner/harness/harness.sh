@@ -18,12 +18,13 @@
 #                            verified, and any change to a protected path ends the job (TAMPERED).
 #                            Without isolation both trees are verified before the step too (a
 #                            candidate's leftover process may have changed them in between:
-#                            TAMPERED after-<the previous step>).
+#                            TAMPERED after-<the previous step>). With AR_STEP_LIMIT set (the
+#                            step's limit in seconds), the step is ended from outside 10 s past it.
 #
 # It uses the run script's `mark` and `finish`, and its envs: A_DIR, B_DIR, BATCH,
 # AUTORESEARCH_SANDBOX (auto|off|required), AUTORESEARCH_SANDBOX_METHOD (auto|uid|userns),
 # AUTORESEARCH_SANDBOX_USER, AUTORESEARCH_HIDE, AUTORESEARCH_EXPOSE, AUTORESEARCH_SHARED (lists
-# separated by `:`). Everything is in functions, so that nothing a step writes later into this file
+# separated by `:`), and optionally AUTORESEARCH_STEP_OUTPUT_MAX and AUTORESEARCH_STEP_NPROC. Everything is in functions, so that nothing a step writes later into this file
 # can change what a running harness does.
 
 AR_H=$PWD/.autoresearch-harness
