@@ -11,6 +11,9 @@
  *
  *     userns                   new user namespace: the step is root inside, the caller outside
  *     user UID GID             switch to this user when the view is ready (the caller is root)
+ *     nproc N                  RLIMIT_NPROC of the step (soft and hard), set before switching user:
+ *                              a fork bomb stops at N processes of that user (all its steps
+ *                              together), not when the machine runs out of process ids
  *     mindev                   replace /dev with null, zero, full, random, urandom, tty, shm
  *     tmpfs PATH MODE          an empty private tmpfs on PATH (hides what was there)
  *     bind SRC DST ro|rw       bind SRC (opened before anything is hidden) onto DST
@@ -19,11 +22,16 @@
  *
  * The command becomes PID 1 of the new PID namespace: when it exits, every process it left is
  * killed by the kernel, so nothing of one step survives into the next; it has an IPC namespace of
- * its own too, so no System V shared memory or message queue it leaves reaches a later step. This process waits for it
- * and exits with its status (128+signal when killed); SIGTERM, SIGINT and SIGHUP kill the step.
+ * its own too, so no System V shared memory or message queue it leaves reaches a later step, and a
+ * session keyring of its own (the user's keyrings emptied, under the uid method). This process
+ * waits for it and exits with its status (128+signal when killed); SIGTERM, SIGINT and SIGHUP kill
+ * the step.
  * All capabilities are dropped (bounding set, effective, permitted, inheritable, ambient) and
- * no_new_privs is set before the command runs. Exit 125: the sandbox could not be set up (the
- * reason on stderr); the harness then falls back or refuses, as configured.
+ * no_new_privs is set before the command runs. The step's oom_score_adj is 1000, inherited by all
+ * it starts (/proc is read-only in the step; as root its floor is raised too): when memory runs
+ * out, the kernel kills a process of a step before the runner, the harness or the job's shell.
+ * Exit 125: the sandbox could not be set up (the reason on stderr); the harness then falls back or
+ * refuses, as configured.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +48,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -54,6 +63,10 @@
 #define AT_RECURSIVE 0x8000
 #endif
 #define AR_MOUNT_ATTR_RDONLY 0x00000001
+#define AR_KEYCTL_JOIN_SESSION_KEYRING 1
+#define AR_KEYCTL_CLEAR 7
+#define AR_KEY_SPEC_USER_KEYRING -4
+#define AR_KEY_SPEC_USER_SESSION_KEYRING -5
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
@@ -78,6 +91,7 @@ static int use_userns;
 static uid_t step_uid;
 static gid_t step_gid;
 static int switch_user;
+static rlim_t step_nproc;
 static pid_t child_pid;
 
 static void die(const char *fmt, ...) {
@@ -124,6 +138,8 @@ static void read_plan(const char *path) {
             step_uid = (uid_t)strtoul(d->arg[0], NULL, 10);
             step_gid = (gid_t)strtoul(d->arg[1], NULL, 10);
         }
+        if (!strcmp(d->word, "nproc") && d->arg[0])
+            step_nproc = (rlim_t)strtoull(d->arg[0], NULL, 10);
     }
     fclose(f);
 }
@@ -291,6 +307,12 @@ static void drop_privileges(void) {
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
             die("cannot drop capability %d from the bounding set", cap);
     }
+    if (step_nproc) {
+        /* Before the switch: the kernel checks the new user's count against it (setresuid, execve). */
+        struct rlimit limit = {step_nproc, step_nproc};
+        if (setrlimit(RLIMIT_NPROC, &limit) != 0)
+            die("cannot limit the step to %llu processes", (unsigned long long)step_nproc);
+    }
     if (switch_user) {
         if (setgroups(0, NULL) != 0 || setresgid(step_gid, step_gid, step_gid) != 0 ||
             setresuid(step_uid, step_uid, step_uid) != 0)
@@ -302,6 +324,37 @@ static void drop_privileges(void) {
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         die("cannot set no_new_privs");
+}
+
+/* The OOM killer's first choice: any process of the step scores above every process outside it.
+ * Raising needs no privilege; as root (the uid method) the floor is raised too, so that not even a
+ * writable /proc would let the step lower it. Best effort: a kernel without it still runs the step. */
+static void first_to_go(void) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (write(fd, "1000", 4) != 4) {
+            /* nothing more to do: the step runs, only less protected against a memory hog */
+        }
+        close(fd);
+    }
+}
+
+/* Kernel keyrings are no file: no mount hides them. The step gets a session keyring of its own
+ * (joined before the user switch, so that no quota of the step's user can refuse it): it no longer
+ * holds the caller's, whose keys it could read and add to. Under the uid method every step is the
+ * same user, whose user keyrings outlive a step (a key one step adds, the next would find): they
+ * are emptied before the command runs. A kernel without keyrings has nothing to hide; a failure is
+ * said in the step's output, and the step runs (refusing it would let a step that exhausts a key
+ * quota turn the sandbox off for the steps after it). */
+static void own_session_keyring(void) {
+    if (syscall(SYS_keyctl, AR_KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+        fprintf(stderr, "ar-sandbox: warning: the step keeps the caller's session keyring: %s\n",
+                strerror(errno));
+}
+
+static void empty_user_keyrings(void) {
+    syscall(SYS_keyctl, AR_KEYCTL_CLEAR, AR_KEY_SPEC_USER_KEYRING);
+    syscall(SYS_keyctl, AR_KEYCTL_CLEAR, AR_KEY_SPEC_USER_SESSION_KEYRING);
 }
 
 static void close_other_fds(int keep) {
@@ -321,6 +374,7 @@ static int child_main(int sync_fd, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (read(sync_fd, &go, 1) != 1)
         _exit(SETUP_FAILED); /* the parent is gone */
+    first_to_go(); /* while /proc is still the caller's, writable */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         die("cannot make the mounts private");
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
@@ -362,7 +416,10 @@ static int child_main(int sync_fd, char **argv) {
     if (dir && chdir(dir) != 0)
         die("cannot enter %s", dir);
     close_other_fds(sync_fd);
+    own_session_keyring();
     drop_privileges();
+    if (switch_user)
+        empty_user_keyrings();
     /* A change of credentials clears the parent-death signal: set it again, then make sure the
      * parent did not die in between (it holds the other end of the pipe open while it waits). */
     prctl(PR_SET_PDEATHSIG, SIGKILL);

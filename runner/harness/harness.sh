@@ -18,12 +18,13 @@
 #                            verified, and any change to a protected path ends the job (TAMPERED).
 #                            Without isolation both trees are verified before the step too (a
 #                            candidate's leftover process may have changed them in between:
-#                            TAMPERED after-<the previous step>).
+#                            TAMPERED after-<the previous step>). With AR_STEP_LIMIT set (the
+#                            step's limit in seconds), the step is ended from outside 10 s past it.
 #
 # It uses the run script's `mark` and `finish`, and its envs: A_DIR, B_DIR, BATCH,
 # AUTORESEARCH_SANDBOX (auto|off|required), AUTORESEARCH_SANDBOX_METHOD (auto|uid|userns),
 # AUTORESEARCH_SANDBOX_USER, AUTORESEARCH_HIDE, AUTORESEARCH_EXPOSE, AUTORESEARCH_SHARED (lists
-# separated by `:`). Everything is in functions, so that nothing a step writes later into this file
+# separated by `:`), and optionally AUTORESEARCH_STEP_OUTPUT_MAX and AUTORESEARCH_STEP_NPROC. Everything is in functions, so that nothing a step writes later into this file
 # can change what a running harness does.
 
 AR_H=$PWD/.autoresearch-harness
@@ -49,6 +50,10 @@ ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; f
 # and dropped, so a step that floods its output fills neither the log's disk nor the runner.
 AR_OUTPUT_MAX=${AUTORESEARCH_STEP_OUTPUT_MAX:-67108864}
 if command -v fold > /dev/null; then AR_FOLD=(fold -b -w 65536); else AR_FOLD=(cat); fi
+# Under the uid method, the most processes (and threads) the steps' user may have at once: a fork
+# bomb in a build stops there, before the machine runs out of process ids or memory.
+AR_NPROC=${AUTORESEARCH_STEP_NPROC:-4096}
+[[ $AR_NPROC =~ ^[1-9][0-9]*$ ]] || AR_NPROC=4096
 ar_escape() {
   "${AR_FOLD[@]}" | LC_ALL=C awk -v max="$AR_OUTPUT_MAX" '{
     n += length($0) + 1
@@ -124,7 +129,8 @@ ar_plan() { # ar_plan SIDE METHOD: the sandbox plan of SIDE's steps (see ar-sand
     # Root outside too: device nodes would stay writable to it, so only the harmless ones remain.
     [ "$(id -u)" = 0 ] && printf 'mindev\n'
   fi
-  [ "$method" = uid ] && printf 'user\t%s\t%s\n' "$AR_UID" "$AR_GID"
+  # As root the steps of every job are one user, whose processes RLIMIT_NPROC counts together.
+  [ "$method" = uid ] && printf 'user\t%s\t%s\nnproc\t%s\n' "$AR_UID" "$AR_GID" "$AR_NPROC"
   printf 'tmpfs\t/tmp\t1777\ntmpfs\t/var/tmp\t1777\n'
   { [ "$method" = userns ] && [ "$(id -u)" = 0 ]; } || printf 'tmpfs\t/dev/shm\t1777\n'
   while IFS= read -r entry; do
@@ -187,6 +193,10 @@ ar_try() { # ar_try METHOD: plans for both sides and a trial step; 0 when it wor
       || { AR_WHY="$method: a path holds a tab or a newline"; return 1; }
   done
   if [ "$method" = uid ]; then
+    # The trees become the steps' user's, and that user may run other processes here, outside any
+    # step (a daemon of its own, a job a scheduler runs for it): the folder that holds the trees is
+    # for the harness alone. A step sees its tree where it is, in a view of its own.
+    chmod 700 "$PWD" || { AR_WHY="uid: cannot close $PWD to other users"; return 1; }
     for side in A B; do # the step's user owns its tree (once per experiment and worker)
       if [ ! -f "$AR_STATE/owned-$side" ]; then
         chown -R "$AR_UID:$AR_GID" "$(ar_tree "$side")" && touch "$AR_STATE/owned-$side" \
@@ -343,22 +353,29 @@ ar_start() {
   ar_check "before-batch-$BATCH" "" || finish failed tampered
 }
 
-ar_step() { # ar_step NAME SIDE CMD...: the step's exit code (the job ends if it tampered)
+# ar_step NAME SIDE CMD...: the step's exit code (the job ends if it tampered). With AR_STEP_LIMIT
+# (seconds) set, the step is ended from outside the sandbox 10 seconds after that limit: the run
+# script's own `timeout` runs inside the step, as the step's user, which can stop it (ptrace), and
+# the step would then run until the job's deadline. Exit 124, as for a timeout.
+ar_step() {
   local name=$1 side=$2 rc
-  local -a envs=()
+  local -a envs=() limit=()
   shift 2
+  if [[ ${AR_STEP_LIMIT:-} =~ ^[0-9]+$ ]]; then
+    limit=(timeout --foreground -k 5 "$((AR_STEP_LIMIT + 10))")
+  fi
   if [ "$AR_MODE" = none ]; then
     # Without isolation a candidate's process can outlive its step: what changed since the last
     # step ended is its doing (the harness ran nothing), so look before this step can hide it.
     [ -z "$AR_LAST" ] || ar_check "after-$AR_LAST" "" || finish failed tampered
-    (cd "$(ar_tree "$side")" && env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
+    (cd "$(ar_tree "$side")" && "${limit[@]}" env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" "$@") 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   else
     if [ -n "$AR_CCACHE" ]; then
       envs+=("CCACHE_DIR=$AR_CCACHE")
       [ "$side" = A ] || envs+=(CCACHE_READONLY=1 CCACHE_TEMPDIR=/tmp/ccache-tmp)
     fi
-    env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
+    "${limit[@]}" env -u AUTORESEARCH_NONCE "${AR_SCRUB[@]}" HOME=/tmp/home TMPDIR=/tmp "${envs[@]}" \
       "$AR_JAIL" "$AR_STATE/plan-$side" -- "$@" 2>&1 | ar_escape
     rc=${PIPESTATUS[0]}
   fi

@@ -34,7 +34,9 @@ What a step prints is bounded, so that a candidate flooding its output cannot ex
 a line longer than MAX_LINE_BYTES is read as several lines (the harness folds them the same way
 before it escapes them), and one invocation gives at most MAX_SAMPLES samples, MAX_REJECTED
 rejected METRIC lines and MAX_PROFILE PROFILE lines; what is beyond is counted (`Invocation.dropped`),
-never read.
+never read. A job's log as a whole is not bounded (64 MiB a step, a gigabyte for a batch of a few
+dozen invocations): the runner reads it a chunk at a time (runner/harness/joblog.py), and the parser
+lists at most MAX_FORGED forged lines until its caller clears them.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ MAX_REJECTED = 100
 """Rejected METRIC lines one invocation records; more are counted only."""
 MAX_PROFILE = 1000
 """PROFILE lines one invocation records; more are counted only."""
+MAX_FORGED = 1000
+"""Forged lines `LogState.forged` lists until its caller clears it; more are not listed."""
 TIMEOUT_CODES = (124, 137)
 
 
@@ -214,7 +218,8 @@ class LogState:
     steps: list[Step] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
     forged: list[int] = field(default_factory=list)
-    """Lines that look like markers but carry the wrong nonce, or that a step printed (escaped)."""
+    """Lines that look like markers but carry the wrong nonce, or that a step printed (escaped);
+    at most MAX_FORGED of them until the caller clears the list (it warns about a few only)."""
     isolation: str | None = None
     """What the harness ran the steps under (SANDBOX marker): uid+pid+mount, userns+pid+mount, none."""
     isolation_detail: str = ""
@@ -277,8 +282,7 @@ class LogParser:
 
     def _pieces(self, raw: bytes) -> list[tuple[bytes, bool]]:
         """A line in pieces of at most MAX_LINE_BYTES, each with whether it continues a line."""
-        cut = [raw[i : i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
-        return [(piece, self._continued or i > 0) for i, piece in enumerate(cut)]
+        return [(piece, self._continued or i > 0) for i, piece in enumerate(line_pieces(raw))]
 
     def finish(self) -> list[Invocation]:
         """The log is complete: parse a last line without a newline."""
@@ -304,16 +308,16 @@ class LogParser:
         text = text.rstrip("\r")
         if continued:
             if text.startswith(MARKER_PREFIX.rstrip()) or text.startswith(ESCAPED_PREFIX):
-                self.state.forged.append(number)
+                self._forged(number)
             return None
         if text.startswith(MARKER_PREFIX):
             parts = text.split()
             if len(parts) >= 4 and parts[1] == self.nonce:
                 return self._marker(number, _time(parts[2]), parts[3], parts[4:])
-            self.state.forged.append(number)
+            self._forged(number)
             return None
         if text.startswith(ESCAPED_PREFIX):
-            self.state.forged.append(number)  # a step printed a marker-like line; the harness escaped it
+            self._forged(number)  # a step printed a marker-like line; the harness escaped it
             return None
         if self._open is not None:
             found = parse_metric_line(text)
@@ -335,6 +339,10 @@ class LogParser:
             else:
                 self._profile_line(number, text)
         return None
+
+    def _forged(self, number: int) -> None:
+        if len(self.state.forged) < MAX_FORGED:
+            self.state.forged.append(number)
 
     def _profile_line(self, number: int, text: str) -> None:
         found = parse_profile_line(text)
@@ -435,6 +443,12 @@ class LogParser:
     def _violate(self, why: str) -> None:
         if self.state.violation is None:
             self.state.violation = why
+
+
+def line_pieces(raw: bytes) -> list[bytes]:
+    """A line in pieces of at most MAX_LINE_BYTES (an empty line is one empty piece): each piece is
+    one line of the log as the parser numbers them."""
+    return [raw[i : i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
 
 
 def _close(step: Step, line: int, rc: int, began: float | None, at: float | None) -> None:

@@ -70,6 +70,10 @@ class Deciding(RunnerCore):
         if exp_id not in members:
             members.append(exp_id)
         cases = {m: tuple(zip(*self._pairs(m, self.metric), strict=True)) or ((), ()) for m in members}
+        # A wave-mate whose values the log-ratio scale cannot judge (0 or below) crashes at its own
+        # decision; it must not crash this one's (a candidate printing `throughput=0` would end
+        # every experiment decided beside it).
+        cases = {m: c for m, c in cases.items() if m == exp_id or stats.ratio_defined([*c[0], *c[1]])}
         try:
             wave_decisions = stats.decide_wave(
                 {m: (list(c[0]), list(c[1])) for m, c in cases.items()},

@@ -12,6 +12,7 @@ from kb.store import events, experiments, jobs, samples
 from kb.store.tables import ExperimentRow
 from runner.fleet import JobRef, JobSpec, JobStatus, Worker
 from runner.harness.batch import Timeouts, batch_envs
+from runner.harness.joblog import read_new, write_step_logs
 from runner.harness.prepare import (
     remove_workdir,
 )
@@ -121,14 +122,9 @@ class Jobs(Outcomes):
         return {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
 
     def _read_log(self, active: ActiveJob) -> list[Invocation]:
-        try:
-            with open(active.ref.log_path, "rb") as fh:
-                fh.seek(active.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        active.offset += len(data)
-        return active.parser.feed(data)
+        """What the log gained since the last read, parsed a chunk at a time (runner/harness/joblog.py)."""
+        found, active.offset = read_new(active.parser, active.ref.log_path, active.offset)
+        return found
 
     def _poll(self, active: ActiveJob, family: int | None) -> bool:
         assert self.fleet is not None
@@ -363,15 +359,7 @@ class Jobs(Outcomes):
 
     def _write_step_logs(self, active: ActiveJob) -> None:
         """Split a job log into one file per build and checks step (the batch log keeps it all)."""
-        try:
-            lines = active.ref.log_path.read_bytes().split(b"\n")
-        except OSError:
-            return
-        for step in active.parser.state.steps:
-            if step.name.startswith("bench") or step.cached or step.last_line is None:
-                continue
-            chunk = b"\n".join(lines[step.first_line : step.last_line - 1]) + b"\n"
-            (active.ref.log_path.parent / f"{step.name}.log").write_bytes(chunk)
+        write_step_logs(active.ref.log_path, active.parser.state.steps)
 
     def _log_links(self, active: ActiveJob) -> dict[str, str]:
         folder = active.ref.log_path.parent

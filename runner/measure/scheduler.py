@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import shutil
+import sqlite3
 import time
 
+from kb import gitrepo
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import experiments, hypotheses, jobs, run_records
@@ -30,24 +35,71 @@ class Scheduler(Steering):
         """Run these experiments to a final status. `family` (a wave id) shares the FDR control."""
         ids = set(exp_ids)
         while True:
-            self._housekeeping()
-            progressed = False
-            for job_id in list(self.active):
-                active = self.active[job_id]
-                if active.experiment_id in ids or self._exp(active.experiment_id)["status"] in FINAL:
-                    progressed |= self._poll(active, family)
-            # Requeued retries join the family they were created for.
-            if family is not None:
-                ids |= set(experiments.ids_in_wave(self.db, family))
-            live = experiments.live_among(self.db, sorted(ids))
-            if not live and not any(a.experiment_id in ids for a in self.active.values()):
+            try:
+                done, progressed = self._drive_once(ids, family)
+            except (sqlite3.OperationalError, OSError) as exc:
+                if not disk_full(exc) or not self._disk_full(ids):
+                    raise
+                continue
+            if done:
                 return
-            for exp in live:
-                if any(a.experiment_id == exp["id"] for a in self.active.values()):
-                    continue
-                progressed |= self._advance(exp, family)
             if not progressed:
                 time.sleep(self.poll_interval if self.active else 4 * self.poll_interval)
+
+    def _drive_once(self, ids: set[int], family: int | None) -> tuple[bool, bool]:
+        """One round of `_drive` (`ids` grows by the retries): (all done, something happened)."""
+        self._housekeeping()
+        progressed = False
+        for job_id in list(self.active):
+            active = self.active[job_id]
+            if active.experiment_id in ids or self._exp(active.experiment_id)["status"] in FINAL:
+                progressed |= self._poll(active, family)
+        # Requeued retries join the family they were created for.
+        if family is not None:
+            ids.update(experiments.ids_in_wave(self.db, family))
+        live = experiments.live_among(self.db, sorted(ids))
+        if not live and not any(a.experiment_id in ids for a in self.active.values()):
+            return True, progressed
+        for exp in live:
+            if any(a.experiment_id == exp["id"] for a in self.active.values()):
+                continue
+            progressed |= self._advance(exp, family)
+        return False, progressed
+
+    def _disk_full(self, ids: set[int]) -> bool:
+        """The disk filled up while these experiments ran: a step may write its tree full, and the
+        trees share the workspace's file system with the database and the logs. The space comes
+        back first, with no write of the runner's: every job stops and the trees of every live
+        experiment go. Then each of them ends `crashed` (a benign one beside the culprit too: never
+        a win). False when there was nothing to free: the disk is full for another reason."""
+        if self.db.conn.in_transaction:
+            self.db.conn.execute("ROLLBACK")
+        live = [e["id"] for e in experiments.live_among(self.db, sorted(ids))]
+        suspects = sorted(
+            {a.experiment_id for a in self.active.values()} | {e for e in live if self.exp_dir(e).exists()}
+        )
+        if not suspects:
+            return False
+        assert self.fleet is not None
+        for active in list(self.active.values()):
+            # It kills the job, then marks the worker ready: that write may fail yet (done again below).
+            with contextlib.suppress(sqlite3.OperationalError, OSError):
+                self.fleet.cancel(active.ref)
+        for exp_id in suspects:
+            shutil.rmtree(self.exp_dir(exp_id), ignore_errors=True)
+        with contextlib.suppress(UserError):
+            gitrepo.run(self.repo, "worktree", "prune")  # the mirror's records of those trees
+        for exp_id in suspects:
+            phase = self._exp(exp_id)["phase"]
+            self._finish_experiment(
+                exp_id,
+                "crashed",
+                "build" if phase in ("setup", "build") else "benchmark",
+                detail="the disk filled up while it ran (its trees share the workspace's file system); "
+                "its job was stopped and its trees removed",
+            )
+        self._say(f"the disk filled up: {len(suspects)} experiments stopped, their trees removed")
+        return True
 
     def _idle_worker(self) -> Worker | None:
         assert self.fleet is not None
@@ -219,3 +271,10 @@ class Scheduler(Steering):
             return False
         self._merge_meta(exp_id, {"prepare_seconds": round(time.monotonic() - started, 3)})
         return True
+
+
+def disk_full(exc: BaseException) -> bool:
+    """An error that says the disk is full: SQLite's SQLITE_FULL, or ENOSPC."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC

@@ -257,9 +257,9 @@ def redecide(
                 for g in guards:
                     base, cand = history.pairs(db, eid, g.metric)
                     guard_samples[g.metric] = (base[: decision.pairs], cand[: decision.pairs])
-                # A guard is judged on the pairs the verdict used; too few of them cannot veto.
-                if all(len(b) >= 3 for b, _ in guard_samples.values()):
-                    decision = apply_guards(decision, guards, guard_samples, alpha=policy.alpha)
+                # A guard is judged on the pairs the verdict used; one measured on fewer pairs
+                # cannot confirm a keep (as the runner decides: runner.stats.apply_guards).
+                decision = apply_guards(decision, guards, guard_samples, alpha=policy.alpha)
             exp = info[eid]
             old_decision = exp.decision
             old_verdict = (

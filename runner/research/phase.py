@@ -17,9 +17,9 @@ their key, so none is generated twice either. Without a model, only the miners r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb import gitrepo
@@ -40,6 +40,8 @@ RESULTS_SHOWN = 40
 """Rows of the results table in the research prompt (the newest)."""
 EXCERPT_LINES = 40
 """The last lines of a failing build or check handed to the repair."""
+EXCERPT_BYTES = 256 * 1024
+"""The most of a step log's end read for that excerpt."""
 REPAIRABLE: dict[tuple[str, str | None], str] = {
     ("crashed", "does_not_apply"): "does_not_apply",
     ("crashed", "build"): "build",
@@ -143,14 +145,21 @@ def _attempts(db: sqlite_utils.Database, patch_id: int) -> int:
         depth, cursor = depth + 1, previous
 
 
-def _tail(path: str | None, lines: int = EXCERPT_LINES) -> str:
+def _tail(path: str | None, lines: int = EXCERPT_LINES, *, max_bytes: int = EXCERPT_BYTES) -> str:
+    """The last `lines` lines of a step log, read from its last `max_bytes` only: the candidate's
+    build log may be 64 MiB of one-byte lines."""
     if not path:
         return ""
     try:
-        text = Path(path).read_text(errors="replace")
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            found = fh.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    if size > max_bytes and found:
+        found = found[1:]  # cut at the start
+    return "\n".join(found[-lines:])
 
 
 def failure_excerpt(exp: ExperimentRow, stage: str) -> str:

@@ -61,7 +61,8 @@ Yuen's two-sample test of 20% trimmed means of the log values, Welch-Satterthwai
 freedom, one look at the whole alpha (where its t approximation is accurate).
 
 *Guards* (``apply_guards``): a keep whose guard metric is significantly worse than its limit (the
-whole interval of the guard metric's effect lies below ``-max_loss``) becomes a discard.
+whole interval of the guard metric's effect lies below ``-max_loss``) becomes a discard; a keep whose
+guard metric was measured on fewer pairs than the keep (left out by the candidate) is inconclusive.
 
 *Noise* (``noise``): the per-sample coefficient of variation of one side. *A/A self-test*
 (``self_test``): baseline against baseline; "no difference" means the interval contains 0, and the

@@ -198,7 +198,9 @@ def apply_guards(
     """Turn a keep into a discard when a guard metric is significantly worse than its limit.
 
     `samples` maps each guard's metric to its (baseline, candidate) pairs. Each guard is one look
-    at level 1 - alpha. Verdicts other than keep pass through unchanged.
+    at level 1 - alpha. Verdicts other than keep pass through unchanged. A guard measured on fewer
+    pairs than the keep (the candidate's benchmark left it out, on every pair or on some) cannot
+    confirm it: the keep becomes inconclusive, for a guard nobody measured is no guard at all.
     """
     if decision.verdict != "keep":
         return decision
@@ -208,6 +210,16 @@ def apply_guards(
         if not 0 <= guard.max_loss < 1:
             raise UserError(f"guard {guard.metric!r}: max_loss {guard.max_loss} must lie in [0, 1)")
         base, cand = samples[guard.metric]
+        if min(len(base), len(cand)) < decision.pairs:
+            return replace(
+                decision,
+                verdict="inconclusive",
+                reason=(
+                    f"guard {guard.metric}: measured on {min(len(base), len(cand))} of the "
+                    f"{decision.pairs} pairs, so it cannot confirm the keep; primary metric: "
+                    f"{decision.reason}"
+                ),
+            )
         policy = Policy(
             alpha=alpha,
             direction=guard.direction,

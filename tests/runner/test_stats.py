@@ -349,6 +349,22 @@ def test_guard_turns_a_keep_into_a_discard_when_the_guarded_metric_falls() -> No
     assert apply_guards(continuing, [guard], {}) == continuing
 
 
+def test_a_guard_the_candidate_leaves_out_cannot_confirm_a_keep() -> None:
+    """A candidate whose benchmark stops printing the guard metric (on every pair, or on some) gave
+    the guard nothing to veto with: the keep stands no more, it is inconclusive."""
+    rng = random.Random(16)
+    keep = decide_paired(*machine_pairs(rng, 24, 0.08, 0.01))
+    assert keep.verdict == "keep" and keep.pairs == 24
+    guard = Guard("tg", max_loss=0.02)
+    base, cand = machine_pairs(rng, 24, 0.0, 0.01)
+    assert apply_guards(keep, [guard], {"tg": (base, cand)}) == keep
+    for kept in (0, 2, 20):  # the runner passes the complete pairs only
+        judged = apply_guards(keep, [guard], {"tg": (base[:kept], cand[:kept])})
+        assert judged.verdict == "inconclusive" and judged.status == "inconclusive", kept
+        assert judged.reason.startswith(f"guard tg: measured on {kept} of the 24 pairs"), judged.reason
+        assert judged.effect == keep.effect
+
+
 def test_noise_is_the_coefficient_of_variation() -> None:
     assert noise([10.0, 10.0, 10.0]) == 0.0
     assert noise([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
