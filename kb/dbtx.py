@@ -41,3 +41,10 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def abandon(db: sqlite_utils.Database) -> None:
+    """Roll back a transaction a failed write left open (the disk filled up mid-write), so that
+    the connection can write again once space is back; nothing when none is open."""
+    if db.conn.in_transaction:
+        db.conn.execute("ROLLBACK")

@@ -10,6 +10,7 @@ import time
 
 from kb import gitrepo
 from kb.db import now, transaction
+from kb.dbtx import abandon
 from kb.errors import UserError
 from kb.store import experiments, hypotheses, jobs, run_records
 from kb.store.tables import ExperimentRow, PatchRow
@@ -72,8 +73,7 @@ class Scheduler(Steering):
         back first, with no write of the runner's: every job stops and the trees of every live
         experiment go. Then each of them ends `crashed` (a benign one beside the culprit too: never
         a win). False when there was nothing to free: the disk is full for another reason."""
-        if self.db.conn.in_transaction:
-            self.db.conn.execute("ROLLBACK")
+        abandon(self.db)
         live = [e["id"] for e in experiments.live_among(self.db, sorted(ids))]
         suspects = sorted(
             {a.experiment_id for a in self.active.values()} | {e for e in live if self.exp_dir(e).exists()}
