@@ -124,6 +124,11 @@ def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
         try:
             baseline_commit = gitrepo.resolve(mirror, spec.baseline)
         except UserError:
+            if not gitrepo.run(mirror, "for-each-ref", "--count=1").strip():
+                raise UserError(
+                    f"{location}: the repository has no commit yet; commit its sources first "
+                    "(git add -A && git commit -m 'import'): the baseline is a commit"
+                ) from None
             raise UserError(f"{spec.baseline}: unknown ref in {location}") from None
         target: dict[str, Any] = {
             "path": location,

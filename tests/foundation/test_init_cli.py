@@ -79,6 +79,8 @@ def test_second_init_refuses_and_changes_nothing(tmp_path: Path, target_repo: Pa
         (lambda p: p / "missing", [], "no such folder"),
         (lambda p: make_repo(p / "repo"), ["--baseline", "no-such-ref"], "no-such-ref: unknown ref"),
         (lambda p: make_repo(p / "repo"), ["--metric", "12 t/s"], "metric.primary"),
+        # `git init` and no commit yet: was "HEAD: unknown ref in ...".
+        (lambda p: _empty_repo(p / "fresh"), [], "the repository has no commit yet; commit its sources first"),
     ],
 )
 def test_init_bad_input_leaves_nothing(tmp_path: Path, make_target, extra: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
@@ -87,6 +89,28 @@ def test_init_bad_input_leaves_nothing(tmp_path: Path, make_target, extra: list[
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def _empty_repo(path: Path) -> Path:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "a.c").write_text("int a;\n")
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_init_on_a_repository_of_another_user_says_why_git_refuses(tmp_path: Path) -> None:
+    """An sdist unpacked as root keeps its archive's owner: git refuses it as "dubious ownership".
+    The reason was lost (the last line of GitPython's quoted stderr is a lone quote: "(')")."""
+    repo = make_repo(tmp_path / "unpacked")
+    subprocess.run(["chown", "-R", "65534:65534", str(repo)], check=True)
+    result = cli("init", str(tmp_path / "ws"), "--target", str(repo))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot clone (fatal: detected dubious ownership" in lines[0]
+    assert "safe.directory" in lines[0] and "chown" in lines[0]
     assert not (tmp_path / "ws").exists()
 
 
