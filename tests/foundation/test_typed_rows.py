@@ -24,9 +24,9 @@ def _returns(path: Path) -> list[tuple[str, int, str]]:
     tree = ast.parse(path.read_text(), str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            if node.returns is not None:
-                found.append((node.name, node.lineno, ast.unparse(node.returns)))
+        public = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_")
+        if public and node.returns is not None:
+            found.append((node.name, node.lineno, ast.unparse(node.returns)))
     return found
 
 
