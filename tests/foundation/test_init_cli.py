@@ -80,7 +80,7 @@ def test_second_init_refuses_and_changes_nothing(tmp_path: Path, target_repo: Pa
         (lambda p: make_repo(p / "repo"), ["--baseline", "no-such-ref"], "no-such-ref: unknown ref"),
         (lambda p: make_repo(p / "repo"), ["--metric", "12 t/s"], "metric.primary"),
         # `git init` and no commit yet: was "HEAD: unknown ref in ...".
-        (lambda p: _empty_repo(p / "fresh"), [], "the repository has no commit yet; commit its sources first"),
+        (lambda p: _empty_repo(p / "fresh"), [], "the repository has no commit yet; commit its sources"),
     ],
 )
 def test_init_bad_input_leaves_nothing(tmp_path: Path, make_target, extra: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
