@@ -113,3 +113,10 @@ def legend(statuses: Iterable[str]) -> list[str]:
 
 SORTS: tuple[str, ...] = ("rank", "priority", "recent", "effect")
 """Orders of the queue's listing: rank (the queue order), priority, recent (newest idea first), effect."""
+
+
+def gain_words(metric: str, direction: str) -> str:
+    """What an effect is, in words: the gain, + better, whichever way the metric is better (a
+    +18% on a time in ms is 18% better, not 18% longer)."""
+    better = "lower" if direction == "lower" else "higher"
+    return f"gain in {metric}, + = better ({better} {metric} is better)"
