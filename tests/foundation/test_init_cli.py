@@ -194,3 +194,27 @@ def test_help_lists_every_command_group() -> None:
     assert result.returncode == 0
     for name in ("init", "kb", "hypotheses", "queue", "run", "history", "report", "analyze", "tui", "demo"):
         assert f"  {name} " in result.stdout
+
+
+def test_no_help_shows_an_unbounded_number_as_a_range_to_none() -> None:
+    """`queue add --help` showed `--priority NUMBER ... [default: 0.0; x<=None]` (and redecide and
+    analyze the same): a number with no bounds has no range to show."""
+    import click
+
+    def walk(command: click.Command, path: list[str]) -> list[list[str]]:
+        found = [path]
+        if isinstance(command, click.Group):  # lazy groups load their commands when asked
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                found += walk(sub, [*path, name])
+        return found
+
+    runner = CliRunner()
+    paths = walk(main, [])
+    assert ["queue", "add"] in paths and ["analyze"] in paths
+    for path in paths:
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        assert "<=None" not in result.output and ">=None" not in result.output, " ".join(path)
