@@ -61,6 +61,18 @@ def _normalise_location(location: str) -> str:
     return str(path)
 
 
+def uncommitted(location: str, baseline_commit: str) -> list[str]:
+    """Tracked files of a local target whose work tree differs from the baseline commit, when the
+    baseline is the target's HEAD: edits the user may think are measured, and are not."""
+    if gitrepo.is_url(location):
+        return []
+    repo = gitrepo.open_repo(Path(location))
+    if repo.bare or gitrepo.commit_of(repo, "HEAD") != baseline_commit:
+        return []
+    code, out, _ = gitrepo.run_unchecked(repo, "status", "--porcelain", "--untracked-files=no")
+    return [line[3:] for line in out.splitlines() if len(line) > 3] if code == 0 else []
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -218,3 +219,18 @@ def test_no_help_shows_an_unbounded_number_as_a_range_to_none() -> None:
         result = runner.invoke(main, [*path, "--help"])
         assert result.exit_code == 0, path
         assert "<=None" not in result.output and ">=None" not in result.output, " ".join(path)
+
+
+def test_init_says_when_the_target_has_edits_the_baseline_leaves_out(tmp_path: Path) -> None:
+    """The baseline is a commit: edits not committed in the target are not measured, and init said
+    nothing of them. Untracked files (build outputs) are not edits."""
+    target = make_repo(tmp_path / "t", {"src/hash.c": "int h;\n", "README.md": "x\n"})
+    (target / "src" / "hash.c").write_text("int h = 1;\n")
+    (target / "hash.o").write_text("built\n")
+    result = cli("init", str(tmp_path / "ws"), "--target", str(target))
+    assert result.returncode == 0, result.stderr
+    assert "note: 1 tracked file(s) of the target differ from its HEAD (src/hash.c)" in result.stdout
+    assert "commit them and run init again" in result.stdout
+    clean = make_repo(tmp_path / "clean")
+    shown = cli("init", str(tmp_path / "ws2"), "--target", str(clean), "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["uncommitted"] == []
