@@ -118,9 +118,11 @@ def _shown(command: str) -> str:
 def _nothing(regex: str, command: str, run: int, lines: int, last: str) -> int:
     what = f"the regex `{regex}` matched no line of" if regex else "no METRIC line in"
     hint = suggest(last) if regex else None
+    printed = (
+        f"{lines} line{'' if lines == 1 else 's'}; last: {last[:160]!r}" if last else "it printed nothing"
+    )
     print(
-        f"autoresearch.sh: {what} the output of `{_shown(command)}` (run {run}: {lines} "
-        f"line{'' if lines == 1 else 's'}; last: {last[:160]!r})"
+        f"autoresearch.sh: {what} the output of `{_shown(command)}` (run {run}: {printed})"
         + (f"; for its last number, try --metric-regex '{hint}'" if hint else ""),
         file=sys.stderr,
     )

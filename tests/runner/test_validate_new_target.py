@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,42 @@ def test_hidden_tools_are_found_through_the_path_and_shown_as_the_steps_see_them
     assert by_name["python3"].instead == str(system / "python3")
     assert by_name["pip"].instead is None and by_name["pip"].expose == str(home / ".pyenv")
     assert hidden_tools(["python3"], [home], [home / ".pyenv"], search) == []
+
+
+def test_a_benchmark_that_prints_nothing_says_so(tmp_path: Path) -> None:
+    """Was "(run 1: 0 lines; last: '')"."""
+    target = make_repo(tmp_path / "t")
+    ws = tmp_path / "ws"
+    made = cli("init", str(ws), "--target", str(target), "--build-cmd", "true", "--bench-cmd", "true",
+               "--metric-regex", r"([\d.]+) MB/s", "--samples", "1")  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    run = subprocess.run(["bash", str(ws / "autoresearch.sh")], cwd=target, capture_output=True, text=True)
+    assert run.returncode == 3
+    assert (
+        r"the regex `([\d.]+) MB/s` matched no line of the output of `true` (run 1: it printed nothing)"
+        in run.stderr
+    )
+
+
+def test_the_filters_python3_is_no_advice_while_the_steps_have_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scaffold's filter runs on any python3: a pyenv shim first on PATH, with /usr/bin's in
+    the steps, is no reason to expose pyenv (it was advice on every scaffolded workspace here)."""
+    system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if system is None:
+        pytest.skip("no python3 outside HOME")
+    shims = tmp_path / "home" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "python3").symlink_to(system)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    target = make_repo(tmp_path / "t")
+    ws = tmp_path / "ws"
+    made = cli("init", str(ws), "--target", str(target), "--build-cmd", "true", "--bench-cmd",
+               "echo 'speed: 1.5 MB/s'", "--metric-regex", r"([\d.]+) MB/s", "--samples", "1",
+               "--check-cmd", "true")  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    code, out = validate(ws, "--runs", "2")
+    if out["measurement"]["isolation"] in (None, "none"):
+        pytest.skip("no sandbox on this machine: nothing is hidden from the steps")
+    assert "hidden_tool" not in kinds(out["report"]["advice"]), out["report"]["advice"]

@@ -313,14 +313,20 @@ def _hidden(ws: Workspace, spec: BenchSpec | None, scripts: list[str]) -> list[d
         elif command is not None:
             commands.append(command)
     if spec is not None:
-        commands += [spec.command, settings.target.env.get("AR_PYTHON", "python3")]
+        commands.append(spec.command)
     envs = sandbox_envs(ws)
     exposed = [
         Path(p) for key in ("AUTORESEARCH_EXPOSE", "AUTORESEARCH_SHARED") for p in envs[key].split(":") if p
     ]
     # What harness.sh hides from every step (ar_hidden, and the private /tmp of ar_plan).
     hidden = [Path.home(), ws.root, Path("/tmp"), Path("/var/tmp")]
-    return [asdict(tool) for tool in hidden_tools(commands, hidden, exposed)]
+    found = hidden_tools(commands, hidden, exposed)
+    if spec is not None:  # the scaffold's filter needs a python3, any: only none is a problem
+        interpreter = settings.target.env.get("AR_PYTHON", "python3")
+        found += [
+            t for t in hidden_tools([interpreter], hidden, exposed) if t.instead is None and t not in found
+        ]
+    return [asdict(tool) for tool in found]
 
 
 def _why(job: _Job, default: str) -> str:
