@@ -293,3 +293,24 @@ def test_the_filters_python3_is_no_advice_while_the_steps_have_one(
     if out["measurement"]["isolation"] in (None, "none"):
         pytest.skip("no sandbox on this machine: nothing is hidden from the steps")
     assert "hidden_tool" not in kinds(out["report"]["advice"]), out["report"]["advice"]
+
+
+def test_the_advice_counts_the_samples_that_ran_not_the_scripts_default(tmp_path: Path) -> None:
+    """mmh3's walk, after AR_SAMPLES = "10" in [target.env] as advised: validate said "the
+    scaffold runs the command 5 times" and advised AR_SAMPLES = "6", fewer than ran."""
+    make_repo(tmp_path / "t")
+    ws = tmp_path / "ws"
+    assert (
+        cli(
+            "init", str(ws), "--target", str(tmp_path / "t"), "--build-cmd", "true", "--metric", "gbs"
+        ).exit_code
+        == 0
+    )
+    settings = load_settings(ws / "autoresearch.toml")
+    spread = [5.0, 5.3, 5.6, 5.9, 6.2, 6.5, 6.8, 7.1, 5.15, 6.95]
+    calls = [spread, list(reversed(spread)), spread[1:] + spread[:1], spread[2:] + spread[:2]]
+    report = evaluate(_measurement(calls, 5), settings)  # the script's default: 5; 10 ran
+    [noisy] = [p for p in report.problems if p.kind == "too_noisy_for_min_effect"]
+    assert "the scaffold runs the command 10 times" in noisy.message
+    [more] = [a for a in report.advice if a.kind in ("more_samples", "longer_samples")]
+    assert more.data["samples"] > 10

@@ -27,7 +27,9 @@ def noise_advice(
     problems: list[Finding],
     advice: list[Finding],
 ) -> None:
-    samples = m.scaffold.get("samples") if m.scaffold else None
+    samples: int | None = None
+    if m.scaffold:  # what ran: AR_SAMPLES in [target.env] overrides the script's default
+        samples = round(main.samples_per_call) if main.samples_per_call >= 1 else m.scaffold.get("samples")
     knob = (
         f"more runs per call (AR_SAMPLES in [target.env]; the scaffold runs the command {samples} times)"
         if samples
@@ -107,7 +109,7 @@ def noise_advice(
                 )
             )
         elif main.floor > policy.min_effect and samples:
-            want = math.ceil(samples * (main.floor / max(policy.min_effect, 1e-6)) ** 2)
+            want = max(samples + 1, math.ceil(samples * (main.floor / max(policy.min_effect, 1e-6)) ** 2))
             if want > 4 * samples:  # past a few times more, a longer measurement per run is the way
                 advice.append(
                     Finding(
