@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from kb.errors import UserError
 from kb.init import Prepare, Prepared
 from kb.packaged import packaged
+from kb.vocabulary import reads_like_time
 from runner.harness import metric_filter
 
 if TYPE_CHECKING:
@@ -443,6 +444,11 @@ def _prepare(
             raise UserError(f"--metric {spec.metric}: the regex yields {', '.join(names)}")
         metric["primary"] = spec.metric
         out.texts[bench_name] = bench_script(spec)
+        if "direction" not in metric and reads_like_time(spec.metric):
+            say(
+                f"warning: {spec.metric!r} reads like a time but no --direction: higher is better by "
+                'default; set metric.direction = "lower" in autoresearch.toml if smaller is better'
+            )
     missing_checks = checks_name not in files and not (ws.root / checks_name).is_file()
     if missing_checks and (bench_cmd or check_cmd):
         out.texts[checks_name] = checks_script(check_cmd)

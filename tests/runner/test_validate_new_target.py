@@ -88,6 +88,8 @@ def test_a_multi_line_benchmark_command_is_still_a_scaffold_and_a_wrong_regex_ge
                "--metric-regex", r"([\d.]+) s", "--metric", "add_ms", "--samples", "2",
                "--check-cmd", "true")  # fmt: skip
     assert made.exit_code == 0, made.stderr
+    # A time and no --direction: higher is the default, said at once (a run would keep slowdowns).
+    assert "'add_ms' reads like a time but no --direction" in made.output
     set_config(ws, "policy", min_effect=0.5)
     code, out = validate(ws, "--runs", "2")
     [failed] = [p for p in out["report"]["problems"] if p["kind"] == "benchmark_failed"]

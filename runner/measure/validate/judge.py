@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 from kb.config import Settings
+from kb.vocabulary import reads_like_time
 from runner import stats
 from runner.measure.validate.advice import (
     KEEP_POWER,
@@ -24,7 +24,6 @@ from runner.measure.validate.parsing import parse_check
 
 #: Metrics the research phase reads (memory- or compute-bound), never worth a guard.
 RESEARCH_METRICS = ("bytes_per_iter", "mem_bw_gbs")
-_TIME_NAME = re.compile(r"(?i)(^|[_.])(time|ms|us|ns|sec|secs|seconds|latency|duration|elapsed)($|[_.])")
 
 
 def _log_sd(values: list[float]) -> float | None:
@@ -169,15 +168,15 @@ def evaluate(
         )
     if main is not None:
         parse_check(m, main, primary, problems, advice)
-        noise_advice(m, main, policy, call_seconds, problems, advice)
-        if settings.metric.direction == "higher" and _TIME_NAME.search(main.name):
-            advice.append(
+        if settings.metric.direction == "higher" and reads_like_time(main.name):
+            advice.append(  # first of the noise's: a wrong direction keeps every slowdown
                 Finding(
                     "direction",
                     f"metric.direction is `higher` but {main.name!r} reads like a time: if smaller is "
-                    'better set metric.direction = "lower"',
+                    'better set metric.direction = "lower" (else a run keeps what makes it slower)',
                 )
             )
+        noise_advice(m, main, policy, call_seconds, problems, advice)
     fleet_advice(m, fleet, workers, busy, problems, advice)
     timeout_advice(m, settings, problems, advice)
     guarded = {g.metric for g in settings.metric.guards}
