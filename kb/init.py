@@ -61,6 +61,18 @@ def _normalise_location(location: str) -> str:
     return str(path)
 
 
+def uncommitted(location: str, baseline_commit: str) -> list[str]:
+    """Tracked files of a local target whose work tree differs from the baseline commit, when the
+    baseline is the target's HEAD: edits the user may think are measured, and are not."""
+    if gitrepo.is_url(location):
+        return []
+    repo = gitrepo.open_repo(Path(location))
+    if repo.bare or gitrepo.commit_of(repo, "HEAD") != baseline_commit:
+        return []
+    code, out, _ = gitrepo.run_unchecked(repo, "status", "--porcelain", "--untracked-files=no")
+    return [line[3:] for line in out.splitlines() if len(line) > 3] if code == 0 else []
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
@@ -124,6 +136,11 @@ def create_workspace(directory: Path, spec: TargetSpec) -> Workspace:
         try:
             baseline_commit = gitrepo.resolve(mirror, spec.baseline)
         except UserError:
+            if not gitrepo.run(mirror, "for-each-ref", "--count=1").strip():
+                raise UserError(
+                    f"{location}: the repository has no commit yet; commit its sources first "
+                    "(git add -A && git commit -m 'import'): the baseline is a commit"
+                ) from None
             raise UserError(f"{spec.baseline}: unknown ref in {location}") from None
         target: dict[str, Any] = {
             "path": location,

@@ -4,6 +4,7 @@ the CLI's choices and the TUI's filters all read them here, so a new status is a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 HYPOTHESIS_STATUSES: tuple[str, ...] = (
@@ -113,3 +114,18 @@ def legend(statuses: Iterable[str]) -> list[str]:
 
 SORTS: tuple[str, ...] = ("rank", "priority", "recent", "effect")
 """Orders of the queue's listing: rank (the queue order), priority, recent (newest idea first), effect."""
+
+
+def gain_words(metric: str, direction: str) -> str:
+    """What an effect is, in words: the gain, + better, whichever way the metric is better (a
+    +18% on a time in ms is 18% better, not 18% longer)."""
+    better = "lower" if direction == "lower" else "higher"
+    return f"gain in {metric}, + = better ({better} {metric} is better)"
+
+
+_TIME_NAME = re.compile(r"(?i)(^|[_.])(time|ms|us|ns|sec|secs|seconds|latency|duration|elapsed)($|[_.])")
+
+
+def reads_like_time(metric: str) -> bool:
+    """Does a metric's name read like a time (`add_remove_ms`, `latency`), where lower is better?"""
+    return bool(_TIME_NAME.search(metric))

@@ -94,8 +94,25 @@ def clone_mirror(source: str, dest: Path) -> git.Repo:
     try:
         return git.Repo.clone_from(source, dest, bare=True)
     except git.GitCommandError as exc:
-        detail = (exc.stderr or "").strip().splitlines()
-        raise UserError(f"{source}: cannot clone ({detail[-1] if detail else exc})") from None
+        raise UserError(f"{source}: cannot clone ({clone_failure(exc.stderr or '') or exc})") from None
+
+
+def clone_failure(stderr: str) -> str:
+    """git's reason in one line, from the stderr GitPython quotes (`stderr: '...'`): its first
+    `fatal:` or `error:` line (the last line is often a bare quote or a generic "Could not read
+    from remote repository"), with what to do when the folder belongs to another user."""
+    text = stderr.strip()
+    if text.startswith("stderr:"):
+        text = text[len("stderr:") :].strip().strip("'")
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("'")]
+    reasons = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    reason = reasons[0] if reasons else lines[-1] if lines else ""
+    if "dubious ownership" in reason:
+        reason += (
+            ": it belongs to another user (unpacked from an archive as root, say); chown it to "
+            "yourself, or trust it with `git config --global --add safe.directory PATH`"
+        )
+    return reason
 
 
 def worktree_add(repo: git.Repo, path: Path, commit: str) -> Path:

@@ -164,6 +164,34 @@ def by_priority(db: sqlite_utils.Database) -> list[QueueEntry]:
     ]
 
 
+class SameChange(TypedDict):
+    """A hypothesis whose newest patch makes a given normalised change (kb/patchnorm.py), and
+    the status of the newest candidate experiment that tried it (None: never tried)."""
+
+    id: int
+    title: str
+    status: str
+    outcome: str | None
+
+
+def same_change(db: sqlite_utils.Database, norm_sha: str) -> list[SameChange]:
+    """The hypotheses whose newest patch makes the change `norm_sha` names, oldest first."""
+    return shaped(
+        db,
+        SameChange,
+        """
+        SELECT h.id, h.title, h.status,
+               (SELECT e.status FROM experiments e WHERE e.hypothesis_id = h.id
+                AND e.kind = 'candidate' ORDER BY e.id DESC LIMIT 1) AS outcome
+        FROM hypotheses h
+        JOIN patches p ON p.id = (SELECT max(id) FROM patches WHERE hypothesis_id = h.id)
+        WHERE p.norm_sha = ?
+        ORDER BY h.id
+        """,
+        [norm_sha],
+    )
+
+
 @dataclass(frozen=True)
 class CitedSource:
     """Evidence a hypothesis cites, with its source's URL (`hypotheses show`); fields in the order

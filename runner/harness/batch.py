@@ -71,13 +71,13 @@ def batch_envs(
     run_checks: bool,
     nonce: str,
     one_tree: bool = False,
-    sandboxed: bool = True,
 ) -> dict[str, Any]:
     """The batch's variables; target.env first, so the protocol's own always win.
 
     `one_tree`: both sides measure the baseline's tree (`autoresearch validate`: one build, the
-    baseline against itself). `sandboxed=False` leaves the sandbox's variables out, for a job that
-    runs no candidate (validate measures the user's own baseline and scripts)."""
+    baseline against itself). The sandbox's variables are `[sandbox]`'s for validate too: its steps
+    must see what a run's steps see (a toolchain in `sandbox.expose`, say), or a validation that
+    passed would say nothing about the run."""
     return {
         **settings.target.env,
         "EXPERIMENT_ID": experiment_id,
@@ -96,5 +96,5 @@ def batch_envs(
         "PAIR_ORDER": pair_order(nonce, pairs),
         "RUN_CHECKS": int(run_checks),
         "AUTORESEARCH_NONCE": nonce,
-        **(sandbox_envs(ws) if sandboxed else {}),
+        **sandbox_envs(ws),
     }

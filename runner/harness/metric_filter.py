@@ -94,10 +94,36 @@ def main() -> int:
     return 0
 
 
+#: A number and the unit after it (`695.9 ms`, `6.55 GB/s`): what a suggested regex anchors on.
+_WITH_UNIT = re.compile(r"(?<![\w.])[\d.]*\d[\d.]*\s?([A-Za-zµ%][\w/%µ]*)")
+
+
+def suggest(line: str) -> str | None:
+    """A regex that takes the last number-with-a-unit of `line` and nothing else, or None."""
+    for match in reversed(list(_WITH_UNIT.finditer(line))):
+        gap = " " if " " in match.group(0) else ""
+        regex = r"([\d.]+)" + gap + re.escape(match.group(1)).replace("\\/", "/")
+        found = re.findall(regex, line)
+        if len(found) == 1 and NUMBER.fullmatch(found[0]):
+            return regex
+    return None
+
+
+def _shown(command: str) -> str:
+    """A command on one line, cut to a readable length (a `python3 -c` program has several)."""
+    flat = " ".join(command.split())
+    return flat if len(flat) <= 120 else flat[:117] + "..."
+
+
 def _nothing(regex: str, command: str, run: int, lines: int, last: str) -> int:
-    what = f"the regex {regex!r} matched no line of" if regex else "no METRIC line in"
+    what = f"the regex `{regex}` matched no line of" if regex else "no METRIC line in"
+    hint = suggest(last) if regex else None
+    printed = (
+        f"{lines} line{'' if lines == 1 else 's'}; last: {last[:160]!r}" if last else "it printed nothing"
+    )
     print(
-        f"autoresearch.sh: {what} the output of {command!r} (run {run}: {lines} lines; last: {last[:160]!r})",
+        f"autoresearch.sh: {what} the output of `{_shown(command)}` (run {run}: {printed})"
+        + (f"; for its last number, try --metric-regex '{hint}'" if hint else ""),
         file=sys.stderr,
     )
     return EXIT_NO_MATCH

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from kb.errors import UserError
 from kb.init import Prepare, Prepared
 from kb.packaged import packaged
+from kb.vocabulary import reads_like_time
 from runner.harness import metric_filter
 
 if TYPE_CHECKING:
@@ -149,6 +150,10 @@ echo "autoresearch.checks.sh: no checks configured (autoresearch init --check-cm
 set -euo pipefail
 
 CHECK_CMD={shlex.quote(command)}
+# A test runner's summary of a run that ran no test (unittest, pytest, ctest, cargo, go, jest,
+# node), and of one that ran some: a command that runs none passes whatever a patch does.
+NO_TESTS={shlex.quote(NO_TESTS_RE)}
+SOME_TESTS={shlex.quote(SOME_TESTS_RE)}
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
@@ -159,19 +164,42 @@ if [ "$rc" -ne 0 ]; then
   tail -n 40 "$out"
   exit "$rc"
 fi
+if none=$(grep -Em 1 "$NO_TESTS" "$out") && ! grep -Eq "$SOME_TESTS" "$out"; then
+  echo "autoresearch.checks.sh: the check command passed but ran no test ($none): it would pass" \
+    "any patch; make it run the tests (name their folder or files): $CHECK_CMD"
+  exit 1
+fi
 echo "checks passed: $CHECK_CMD"
 """
 
 
+#: Test runners' summaries of a run that ran no test (ERE, for the checks script's grep).
+NO_TESTS_RE = (
+    r"^Ran 0 tests|[Nn]o tests ran|NO TESTS RAN|collected 0 items|No tests were found|"
+    r"^running 0 tests|no test files|^Tests: +0 total|^# tests 0$"
+)
+#: ... and of one that ran some (cargo prints `running 0 tests` for its doc tests beside the others).
+SOME_TESTS_RE = (
+    r"^Ran [1-9][0-9]* tests?|[1-9][0-9]* passed|^running [1-9][0-9]* tests?|"
+    r"tests passed|^ok +[^ ]|^# (tests|pass) [1-9]"
+)
+
+
 def _assigned(text: str, name: str) -> str | None:
-    match = re.search(rf"^{name}=(.*)$", text, re.MULTILINE)
+    """The value of `NAME=<one shell word>` in the script; the word may span lines (a quoted
+    multi-line command, as shlex.quote writes a `python3 -c` program of several lines)."""
+    match = re.search(rf"^{name}=", text, re.MULTILINE)
     if match is None:
         return None
-    try:
-        parts = shlex.split(match.group(1))
-    except ValueError:
-        return None
-    return parts[0] if len(parts) == 1 else ("" if not parts else None)
+    value = ""
+    for line in text[match.end() :].splitlines(keepends=True):
+        value += line
+        try:
+            parts = shlex.split(value)
+        except ValueError:
+            continue  # a quote still open: the word goes on on the next line
+        return parts[0] if len(parts) == 1 else ("" if not parts else None)
+    return None
 
 
 def read_bench_script(text: str) -> BenchSpec | None:
@@ -185,6 +213,11 @@ def read_bench_script(text: str) -> BenchSpec | None:
     if command is None or regex is None or metric is None:
         return None
     return BenchSpec(command, regex, metric, int(samples.group(1)) if samples else DEFAULT_SAMPLES)
+
+
+def read_check_command(text: str) -> str | None:
+    """The command of a scaffolded checks script (as edited since), or None for any other script."""
+    return _assigned(text, "CHECK_CMD") if MARK in text else None
 
 
 def has_no_checks(text: str) -> bool:
@@ -241,6 +274,7 @@ _BUILD_FILES = (
     "setup.py", "pyproject.toml", "setup.cfg", "Cargo.toml", "go.mod", "package.json", "build.zig",
     "SConstruct", "BUILD", "BUILD.bazel", "justfile",
 )  # fmt: skip
+_MAKEFILES = frozenset({"Makefile", "makefile", "GNUmakefile"})
 _README = re.compile(r"(?i)readme(\.(md|rst|txt|markdown))?")
 
 
@@ -410,6 +444,11 @@ def _prepare(
             raise UserError(f"--metric {spec.metric}: the regex yields {', '.join(names)}")
         metric["primary"] = spec.metric
         out.texts[bench_name] = bench_script(spec)
+        if "direction" not in metric and reads_like_time(spec.metric):
+            say(
+                f"warning: {spec.metric!r} reads like a time but no --direction: higher is better by "
+                'default; set metric.direction = "lower" in autoresearch.toml if smaller is better'
+            )
     missing_checks = checks_name not in files and not (ws.root / checks_name).is_file()
     if missing_checks and (bench_cmd or check_cmd):
         out.texts[checks_name] = checks_script(check_cmd)
@@ -424,6 +463,15 @@ def _prepare(
         raise UserError(
             f"--check-cmd: the target tree has its own {checks_name}; drop --check-cmd to use it, "
             "or name another file with --checks-script"
+        )
+    if "build_cmd" not in target and not _MAKEFILES & set(files):
+        from kb.config import TargetSettings
+
+        default = TargetSettings.model_fields["build_cmd"].default
+        say(
+            f"warning: no --build-cmd, and the tree has no Makefile for the default `{default}`: "
+            "every build would fail; set target.build_cmd in autoresearch.toml (`true` when "
+            "nothing needs building), or run init again with --build-cmd"
         )
     harness = harness_paths([c for c in (bench_cmd, check_cmd) if c], files)
     protect = list(dict.fromkeys([*target.get("protect", []), *harness]))

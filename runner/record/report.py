@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from kb.errors import UserError
-from kb.vocabulary import STOP_MEANINGS, legend
+from kb.vocabulary import STOP_MEANINGS, gain_words, legend
 from runner.record import history
 from runner.record.import_summary import summary_lines
 from runner.record.winners import provenance
@@ -116,6 +116,7 @@ def plot_effects(
     min_effect: float | None,
     noise_floor: float | None,
     title: str,
+    direction: str = "higher",
 ) -> Path | None:
     """Effect of the primary metric per experiment with its interval (PNG). None if nothing to plot."""
     points = [e for e in exps if e.decision is not None and e.effect is not None]
@@ -153,7 +154,7 @@ def plot_effects(
             f"#{e.id} {e.title[:38]}{'…' if len(e.title) > 38 else ''} ({e.status})" for e in reversed(points)
         ]
         ax.set_yticks(range(len(points)), labels, fontsize=8)
-        ax.set_xlabel(f"effect on {metric} (%), interval of the decision")
+        ax.set_xlabel(f"{gain_words(metric, direction)} (%), interval of the decision")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -190,10 +191,9 @@ def _run_blocks(run: history.RunInfo) -> list[Block]:
         items.append(f"Head commit: {run.head_commit}")
     if run.policy:
         items.append(f"Policy: {run.policy_shown}")
-    if run.budget:
-        items.append(
-            "Budget: " + ", ".join(f"{k}={v}" for k, v in sorted(run.budget.items()) if v is not None)
-        )
+    if run.budget:  # the run's budget options, each None when not set
+        budget = ", ".join(f"{k}={v}" for k, v in sorted(run.budget.items()) if v is not None)
+        items.append(f"Budget: {budget or 'none set'}")
     if run.cost_usd:
         items.append(f"Cost: ${run.cost_usd:.2f}")
     if run.error:
@@ -400,6 +400,8 @@ def build(
     blocks += _self_test_blocks(run)
     blocks += _waves_blocks(history.waves(db, run.id))
     blocks += _experiments_blocks(exps, imported=bool(run.imported_from))
+    direction = str(run.policy.get("direction") or "higher")
+    blocks.append(Para(f"Effect: the {gain_words(run.metric or 'the primary metric', direction)}."))
     if plot is not None:
         blocks.append(Image(plot, f"Effect on {run.metric or 'the primary metric'} per experiment"))
     blocks += _stack_blocks(run, exps)
@@ -509,6 +511,7 @@ def write_report(
         min_effect=_float(run.policy.get("min_effect")),
         noise_floor=run.noise_floor,
         title=f"Run {run.name}: effect per experiment",
+        direction=str(run.policy.get("direction") or "higher"),
     )
     blocks, _ = build(db, run, plot)
     text = (

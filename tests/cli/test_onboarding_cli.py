@@ -18,6 +18,13 @@ from tui.cli import main
 PATCH = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-target\n+target, faster\n"
 
 
+def another_patch(folder: Path, n: int) -> Path:
+    """A patch of its own change (queue add refuses a change that waits in the queue already)."""
+    path = folder / f"p{n}.patch"
+    path.write_text(PATCH.replace("faster", f"faster {n}"))
+    return path
+
+
 def cli(ws: Workspace, *args: str) -> Result:
     return CliRunner(mix_stderr=False).invoke(main, ["--workspace", str(ws.root), *args])
 
@@ -58,9 +65,6 @@ def _queued(ws: Workspace, result: Result) -> tuple[list[int], list[str]]:
 def test_queue_add_cites_a_paper_by_id_url_or_file_address(
     ws: Workspace, paper: dict[str, object], tmp_path: Path
 ) -> None:
-    patch = tmp_path / "p.patch"
-    patch.write_text(PATCH)
-
     def first_passage(source_id: object) -> int:
         row = one(
             ws.db(),
@@ -72,7 +76,8 @@ def test_queue_add_cites_a_paper_by_id_url_or_file_address(
 
     # A file paper: by id, by its file:// address (what `kb papers` shows as its URL).
     assert str(paper["canonical_url"]).startswith("file://")
-    for source in (f"paper:{paper['id']}", str(paper["canonical_url"])):
+    for n, source in enumerate((f"paper:{paper['id']}", str(paper["canonical_url"]))):
+        patch = another_patch(tmp_path, n)
         result = cli(ws, "queue", "add", str(patch), "-t", f"cite {source}", "--source", source, "--json")
         linked, refs = _queued(ws, result)
         assert linked == [first_passage(paper["id"])], source
@@ -85,6 +90,7 @@ def test_queue_add_cites_a_paper_by_id_url_or_file_address(
         assert added.exit_code == 0, added.stderr
     web = one(ws.db(), "SELECT * FROM sources WHERE kind = 'paper' AND url = ?", [url])
     assert web is not None
+    patch = another_patch(tmp_path, 2)
     linked, refs = _queued(ws, cli(ws, "queue", "add", str(patch), "-t", "web", "--source", url, "--json"))
     assert linked == [first_passage(web["id"])] and refs == [url]
     # The provenance walk from the paper finds the hand-written hypotheses.
@@ -92,6 +98,7 @@ def test_queue_add_cites_a_paper_by_id_url_or_file_address(
 
     walked = led_to(ws.db(), source_id=int(str(paper["id"])))
     assert len(walked["hypotheses"]) == 2
+    patch = another_patch(tmp_path, 3)
     text = cli(ws, "queue", "add", str(patch), "-t", "again", "--source", f"paper:{paper['id']}")
     assert "cites   paper" in text.output and "Kernel fusion" in text.output
 
@@ -119,6 +126,7 @@ def test_queue_add_cites_evidence_and_refuses_unknown_ids(
         assert len(result.stderr.strip().splitlines()) == 1
         assert db_dump(ws.db_path) == before
     # A URL the knowledge base does not hold stays a free-form ref.
+    patch = another_patch(tmp_path, 1)
     linked, refs = _queued(
         ws, cli(ws, "queue", "add", str(patch), "-t", "t", "--source", "https://example.org/x", "--json")
     )
@@ -163,3 +171,26 @@ def test_queue_add_refuses_a_patch_that_does_not_apply_at_once(ws: Workspace, tm
     assert result.exit_code == 0 and json.loads(result.output)["applies"] is True
     patch = one(ws.db(), "SELECT apply_status FROM patches ORDER BY id DESC LIMIT 1")
     assert patch is not None and patch["apply_status"] == "ok"
+
+
+def test_queue_add_refuses_the_same_change_while_it_waits_in_the_queue(ws: Workspace, tmp_path: Path) -> None:
+    """mmh3's walk: the same patch file queued twice became two hypotheses, measured twice."""
+    first = tmp_path / "unroll.patch"
+    first.write_text(PATCH)
+    assert cli(ws, "queue", "add", str(first), "-t", "unroll 4x").exit_code == 0
+    # The same change with another header and title is the same change.
+    again = tmp_path / "unroll-again.patch"
+    again.write_text("diff --git a/README.md b/README.md\n" + PATCH)
+    before = db_dump(ws.db_path)
+    result = cli(ws, "queue", "add", str(again), "-t", "same again")
+    assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "the same change as hypothesis 1 ('unroll 4x'), which is still in the queue" in result.stderr
+    assert "hypotheses reject 1" in result.stderr
+    assert db_dump(ws.db_path) == before
+    # Rejected, it no longer holds the change: the new one takes its place.
+    assert cli(ws, "hypotheses", "reject", "1").exit_code == 0
+    result = cli(ws, "queue", "add", str(again), "-t", "same again", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert (
+        json.loads(result.output)["hypothesis"] == 2 and json.loads(result.output)["measured_before"] is None
+    )

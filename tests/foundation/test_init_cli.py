@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,8 @@ def test_second_init_refuses_and_changes_nothing(tmp_path: Path, target_repo: Pa
         (lambda p: p / "missing", [], "no such folder"),
         (lambda p: make_repo(p / "repo"), ["--baseline", "no-such-ref"], "no-such-ref: unknown ref"),
         (lambda p: make_repo(p / "repo"), ["--metric", "12 t/s"], "metric.primary"),
+        # `git init` and no commit yet: was "HEAD: unknown ref in ...".
+        (lambda p: _empty_repo(p / "fresh"), [], "the repository has no commit yet; commit its sources"),
     ],
 )
 def test_init_bad_input_leaves_nothing(tmp_path: Path, make_target, extra: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
@@ -87,6 +90,28 @@ def test_init_bad_input_leaves_nothing(tmp_path: Path, make_target, extra: list[
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def _empty_repo(path: Path) -> Path:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "a.c").write_text("int a;\n")
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_init_on_a_repository_of_another_user_says_why_git_refuses(tmp_path: Path) -> None:
+    """An sdist unpacked as root keeps its archive's owner: git refuses it as "dubious ownership".
+    The reason was lost (the last line of GitPython's quoted stderr is a lone quote: "(')")."""
+    repo = make_repo(tmp_path / "unpacked")
+    subprocess.run(["chown", "-R", "65534:65534", str(repo)], check=True)
+    result = cli("init", str(tmp_path / "ws"), "--target", str(repo))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot clone (fatal: detected dubious ownership" in lines[0]
+    assert "safe.directory" in lines[0] and "chown" in lines[0]
     assert not (tmp_path / "ws").exists()
 
 
@@ -170,3 +195,42 @@ def test_help_lists_every_command_group() -> None:
     assert result.returncode == 0
     for name in ("init", "kb", "hypotheses", "queue", "run", "history", "report", "analyze", "tui", "demo"):
         assert f"  {name} " in result.stdout
+
+
+def test_no_help_shows_an_unbounded_number_as_a_range_to_none() -> None:
+    """`queue add --help` showed `--priority NUMBER ... [default: 0.0; x<=None]` (and redecide and
+    analyze the same): a number with no bounds has no range to show."""
+    import click
+
+    def walk(command: click.Command, path: list[str]) -> list[list[str]]:
+        found = [path]
+        if isinstance(command, click.Group):  # lazy groups load their commands when asked
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                found += walk(sub, [*path, name])
+        return found
+
+    runner = CliRunner()
+    paths = walk(main, [])
+    assert ["queue", "add"] in paths and ["analyze"] in paths
+    for path in paths:
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        assert "<=None" not in result.output and ">=None" not in result.output, " ".join(path)
+
+
+def test_init_says_when_the_target_has_edits_the_baseline_leaves_out(tmp_path: Path) -> None:
+    """The baseline is a commit: edits not committed in the target are not measured, and init said
+    nothing of them. Untracked files (build outputs) are not edits."""
+    target = make_repo(tmp_path / "t", {"src/hash.c": "int h;\n", "README.md": "x\n"})
+    (target / "src" / "hash.c").write_text("int h = 1;\n")
+    (target / "hash.o").write_text("built\n")
+    result = cli("init", str(tmp_path / "ws"), "--target", str(target))
+    assert result.returncode == 0, result.stderr
+    assert "note: 1 tracked file(s) of the target differ from its HEAD (src/hash.c)" in result.stdout
+    assert "commit them and run init again" in result.stdout
+    clean = make_repo(tmp_path / "clean")
+    shown = cli("init", str(tmp_path / "ws2"), "--target", str(clean), "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["uncommitted"] == []

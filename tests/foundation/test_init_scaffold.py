@@ -66,7 +66,8 @@ def test_a_regex_that_matches_nothing_fails_the_script_naming_it(tmp_path: Path)
     subprocess.run(["make", "-s"], cwd=tree, check=True)
     run = subprocess.run(["bash", str(ws / "autoresearch.sh")], cwd=tree, capture_output=True, text=True)
     assert run.returncode == 3
-    assert r"the regex '([\\d.]+) GB/s' matched no line" in run.stderr and "MB/s" in run.stderr
+    assert r"the regex `([\d.]+) GB/s` matched no line" in run.stderr and "MB/s" in run.stderr
+    assert r"try --metric-regex '([\d.]+) MB/s'" in run.stderr
 
 
 def test_metric_lines_printed_by_the_command_pass_through(tmp_path: Path) -> None:

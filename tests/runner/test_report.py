@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from kb.errors import UserError
 from runner.record.importer import import_jsonl
 from runner.record.report import write_report
 from tests.runner.fixtures import FORK_SHA, PAPER_URL, HistoryFixture, build_history, finished_history
+from tests.runner.onboarding_support import cli
 
 __all__ = ["finished_history"]  # a pytest fixture, imported to be used here
 
@@ -118,6 +120,24 @@ def test_live_and_imported_runs_report_too(tmp_path: Path) -> None:
     assert "Imported from: " in imported and "No winner in this run." in imported
     assert "No self-test was recorded" in imported
     assert written.plot is not None and written.plot.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_the_report_says_which_way_an_effect_is_better_and_an_unset_budget(tmp_path: Path) -> None:
+    """sortedcontainers' walk: a time in ms (lower is better) kept at "+18.15%" under a plot axis
+    "effect on add_remove_ms (%)" read as 18% slower; a run without a budget showed "Budget: "."""
+    h = build_history(tmp_path)
+    db = h.db()
+    text = write_report(h.ws, db, "r1").path.read_text()
+    assert "Effect: the gain in tg, + = better (higher tg is better)." in text
+    run = db["runs"].get(h.run_id)
+    policy = {**json.loads(run["policy"]), "direction": "lower"}
+    with transaction(db):
+        update(db, "runs", h.run_id, {"policy": json.dumps(policy), "budget": json.dumps({"minutes": None})})
+    text = write_report(h.ws, db, "r1").path.read_text()
+    assert "Effect: the gain in tg, + = better (lower tg is better)." in text
+    assert "- Budget: none set\n" in text
+    shown = cli("--workspace", str(h.ws.root), "history", "--run", "r1")
+    assert shown.exit_code == 0 and "EFFECT: the gain in tg, + = better (lower tg is better)" in shown.output
 
 
 def test_report_errors_are_one_line(finished_history: HistoryFixture, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kb.vocabulary import STOP_MEANINGS, help_epilog, legend
+from kb.vocabulary import STOP_MEANINGS, gain_words, help_epilog, legend
 from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT, Number, PathArg, count
@@ -88,6 +88,9 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
             for e in exps
         ],
     )
+    if any(e.effect is not None for e in exps):
+        direction = str(run.policy.get("direction") or "higher")
+        click.echo(f"  EFFECT: the {gain_words(run.metric or 'the primary metric', direction)}")
     meanings = legend(e.status for e in exps)
     if meanings:  # what each status word in the table means, one line each
         click.echo("")

@@ -88,7 +88,7 @@ def cli(
     `autoresearch validate` tries them on the baseline before the first run.
     """
     from kb.errors import UserError
-    from kb.init import TargetSpec, create_workspace
+    from kb.init import TargetSpec, create_workspace, uncommitted
     from runner.harness.scaffold import DEFAULT_SAMPLES, ScaffoldRequest, make_prepare
     from tui.cli.common import echo_json
 
@@ -147,6 +147,7 @@ def cli(
     )
     ws = create_workspace(directory, spec)
     settings = ws.settings
+    dirty = uncommitted(settings.target.path, settings.target.baseline_commit)
     scaffolded = [
         name
         for name in (settings.target.bench_script, settings.target.checks_script)
@@ -164,6 +165,7 @@ def cli(
                 "scripts": scaffolded,
                 "protect": settings.target.protect,
                 "parallel": settings.fleet.parallel,
+                "uncommitted": dirty,
             }
         )
         return
@@ -176,6 +178,13 @@ def cli(
     if settings.target.protect:
         click.echo(f"  protected {', '.join(settings.target.protect)}")
     click.echo(f"  parallel  {settings.fleet.parallel} worker(s)")
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+        click.echo(
+            f"note: {len(dirty)} tracked file(s) of the target differ from its HEAD ({shown}): the "
+            f"baseline is the commit {settings.target.baseline_commit[:12]} without those edits; "
+            "commit them and run init again to measure them"
+        )
     click.echo(
         "Next: autoresearch validate (build, benchmark and checks once on the baseline, with advice), "
         "then autoresearch kb add-paper URL, autoresearch kb inventory, autoresearch run"

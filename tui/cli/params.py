@@ -18,6 +18,12 @@ class Number(click.FloatRange):
 
     name = "number"
 
+    def _describe_range(self) -> str:
+        """Nothing for a number with no bounds (click's own says `x<=None`)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):

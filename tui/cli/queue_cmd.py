@@ -40,6 +40,27 @@ def cli() -> None:
     """The hypothesis queue: patches waiting to be measured."""
 
 
+def _same_change(db: Any, patch_file: Path, diff: str) -> Any:
+    """Refuse a patch whose change waits in the queue already (a second `queue add` of the same
+    file); the hypothesis that measured it before, if any (it is measured again: a note)."""
+    from kb.errors import UserError
+    from kb.patchnorm import normalized_sha
+    from kb.store.hypotheses import same_change
+
+    measured = None
+    for twin in same_change(db, normalized_sha(diff)):
+        if twin["status"] == "rejected":
+            continue
+        if twin["outcome"] in (None, "queued", "running", "lost"):
+            raise UserError(
+                f"{patch_file}: the same change as hypothesis {twin['id']} ({twin['title']!r}), which is "
+                f"still in the queue; nothing queued (`autoresearch hypotheses reject {twin['id']}` "
+                "first to replace it)"
+            )
+        measured = measured or twin
+    return measured
+
+
 @cli.command("add")
 @click.argument("patch_file", type=PathArg(dir_okay=False, path_type=Path))
 @click.option("--title", "-t", required=True, help="What the patch does (one line).")
@@ -100,6 +121,7 @@ def add(
     with transaction(db):
         # Refs into the knowledge base become evidence links (the provenance chain).
         cited = [resolve(db, r) for r in refs]
+        measured_twin = _same_change(db, patch_file, diff)
         refs = list(dict.fromkeys(c.ref for c in cited))
         gaps = list(dict.fromkeys(e for c in cited for e in c.evidence_ids))
         hid = add_hypothesis(
@@ -141,10 +163,16 @@ def add(
                 "sources": refs,
                 "evidence": gaps,
                 "applies": apply_error is None,
+                "measured_before": measured_twin["id"] if measured_twin else None,
             }
         )
         return
     click.echo(f"queued hypothesis {hid} (patch {pid}): {title}")
+    if measured_twin is not None:
+        click.echo(
+            f"  note    the same change as hypothesis {measured_twin['id']} ({measured_twin['title']!r}), "
+            f"measured already ({measured_twin['outcome']}): it is measured again"
+        )
     click.echo(f"  files   {', '.join(files)}")
     click.echo(
         f"  applies to the baseline {base[:12]}"

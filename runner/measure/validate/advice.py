@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from kb.config import Settings
 from runner import stats
@@ -14,6 +15,8 @@ from runner.measure.validate.model import Finding, Measurement, MetricFigures
 SHORT_CALL_SECONDS = 1.0
 #: The advice says which true gain is kept this often by the cap.
 KEEP_POWER = 0.8
+#: The standard error of the median of n samples is about this times theirs over sqrt(n).
+MEDIAN_SE = 1.25
 
 
 def noise_advice(
@@ -24,12 +27,19 @@ def noise_advice(
     problems: list[Finding],
     advice: list[Finding],
 ) -> None:
-    samples = m.scaffold.get("samples") if m.scaffold else None
+    samples: int | None = None
+    if m.scaffold:  # what ran: AR_SAMPLES in [target.env] overrides the script's default
+        samples = round(main.samples_per_call) if main.samples_per_call >= 1 else m.scaffold.get("samples")
     knob = (
         f"more runs per call (AR_SAMPLES in [target.env]; the scaffold runs the command {samples} times)"
         if samples
         else "more samples per call in the benchmark script (their median is the call's value)"
     )
+    if _between_calls(main):  # more samples per call would not help: say what would
+        knob = (
+            "a longer workload per sample or a quieter machine (the calls vary more than their "
+            "samples explain)"
+        )
     if call_seconds is not None and call_seconds < SHORT_CALL_SECONDS:
         factor = math.ceil(SHORT_CALL_SECONDS / max(call_seconds, 1e-3))
         how = (
@@ -88,8 +98,7 @@ def noise_advice(
         )
     # More samples per call help only as far as the calls vary by what their samples explain.
     if main.sample_noise and main.call_noise is not None and main.samples_per_call >= 1:
-        explained = 1.25 * main.sample_noise / math.sqrt(main.samples_per_call)
-        if main.call_noise > 1.5 * explained and main.call_noise > 0.005:
+        if _between_calls(main):
             advice.append(
                 Finding(
                     "between_call_noise",
@@ -100,7 +109,7 @@ def noise_advice(
                 )
             )
         elif main.floor > policy.min_effect and samples:
-            want = math.ceil(samples * (main.floor / max(policy.min_effect, 1e-6)) ** 2)
+            want = max(samples + 1, math.ceil(samples * (main.floor / max(policy.min_effect, 1e-6)) ** 2))
             if want > 4 * samples:  # past a few times more, a longer measurement per run is the way
                 advice.append(
                     Finding(
@@ -121,6 +130,33 @@ def noise_advice(
                     {"samples": want},
                 )
             )
+
+
+def _between_calls(main: MetricFigures) -> bool:
+    """Do the calls vary clearly more than the medians of their samples would by chance?"""
+    if not main.sample_noise or main.call_noise is None or main.samples_per_call < 1:
+        return False
+    explained = MEDIAN_SE * main.sample_noise / math.sqrt(main.samples_per_call)
+    return main.call_noise > 1.5 * explained and main.call_noise > 0.005
+
+
+def hidden_advice(m: Measurement, advice: list[Finding]) -> None:
+    """The programs the steps cannot see (validate/hidden.py), one finding per folder to expose."""
+    by_folder: dict[str, list[dict[str, Any]]] = {}
+    for tool in m.hidden_tools:
+        by_folder.setdefault(str(tool["expose"]), []).append(tool)
+    for folder, tools in by_folder.items():
+        found = ", ".join(f"`{t['name']}` is {t['found']}" for t in tools)
+        instead = ", ".join(f"{t['instead'] or 'no ' + t['name']}" for t in tools)
+        advice.append(
+            Finding(
+                "hidden_tool",
+                f"in this shell {found}, inside {tools[0]['under']}, which the sandbox hides from every "
+                f"step: the steps run {instead} instead. To run the same, add "
+                f'sandbox.expose = ["{folder}"] (read-only in the steps) and validate again',
+                {"expose": folder, "tools": tools},
+            )
+        )
 
 
 def fleet_advice(

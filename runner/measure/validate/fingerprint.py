@@ -1,5 +1,6 @@
 """The fingerprint of a measurement: what it depends on (the baseline, the build command, the
-environment, the scripts, the template), so `run` knows when it must be made again."""
+environment, the scripts, the template, the sandbox's settings), so `run` knows when it must be
+made again."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def inputs_of(ws: Workspace, settings: Settings) -> dict[str, Any]:
             "from": where,
             "sha256": _sha(content) if content is not None else None,
         }
+    # What the steps may see and run as: validate's steps run in the run's sandbox. Left out while
+    # it is the default, so measurements stored before it was counted still match.
+    sandbox = settings.sandbox.model_dump()
+    if sandbox != type(settings.sandbox)().model_dump():
+        found["sandbox"] = sandbox
     template = template_path(ws, settings)
     try:
         text = template.read_text(encoding="utf-8") if template else default_template_text()
@@ -64,6 +70,7 @@ _INPUT_NAMES = {
     "benchmark_script": "the benchmark script",
     "checks_script": "the checks script",
     "template": "the experiment template",
+    "sandbox": "the [sandbox] settings",
 }
 
 

@@ -24,9 +24,11 @@ from runner.harness import metric_filter
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.prepare import prepare_workdir, remove_workdir, resolve_scripts, template_path
 from runner.harness.protocol import MARKER_PREFIX, LogParser, LogState
-from runner.harness.scaffold import has_no_checks, read_bench_script
+from runner.harness.sandbox import sandbox_envs
+from runner.harness.scaffold import MARK, BenchSpec, has_no_checks, read_bench_script, read_check_command
 from runner.harness.template import RenderedTask, load_template, render
 from runner.measure.validate.fingerprint import fingerprint, inputs_of
+from runner.measure.validate.hidden import hidden_tools
 from runner.measure.validate.model import Call, Measurement, Sample, StepResult
 
 Progress = Callable[[str], None]
@@ -228,7 +230,6 @@ def measure(
                     run_checks=checks,
                     nonce=nonce,
                     one_tree=True,
-                    sandboxed=False,
                 ),
             )
 
@@ -254,6 +255,7 @@ def measure(
             accepted_parse=accept_parse,
             cores=os.cpu_count() or 1,
         )
+        result.isolation = first.state.isolation
         for step in first.state.steps:
             if step.cached:
                 continue
@@ -293,7 +295,38 @@ def measure(
     spec = read_bench_script(bench_text) if bench_text else None
     result.scaffold = asdict(spec) if spec else None
     result.no_checks = bool(checks_text and has_no_checks(checks_text))
+    if result.isolation not in (None, "none"):
+        result.hidden_tools = _hidden(ws, spec, [t for t in (bench_text, checks_text) if t])
     return result
+
+
+def _hidden(ws: Workspace, spec: BenchSpec | None, scripts: list[str]) -> list[dict[str, Any]]:
+    """The programs of the build command and the scripts that the sandbox hides from the steps:
+    a scaffolded script's command (and the filter's python3), a script of the user's own line by
+    line."""
+    settings = ws.settings
+    commands = [settings.target.build_cmd]
+    for text in scripts:
+        command = read_check_command(text) if MARK in text else None
+        if MARK not in text:
+            commands += [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        elif command is not None:
+            commands.append(command)
+    if spec is not None:
+        commands.append(spec.command)
+    envs = sandbox_envs(ws)
+    exposed = [
+        Path(p) for key in ("AUTORESEARCH_EXPOSE", "AUTORESEARCH_SHARED") for p in envs[key].split(":") if p
+    ]
+    # What harness.sh hides from every step (ar_hidden, and the private /tmp of ar_plan).
+    hidden = [Path.home(), ws.root, Path("/tmp"), Path("/var/tmp")]
+    found = hidden_tools(commands, hidden, exposed)
+    if spec is not None:  # the scaffold's filter needs a python3, any: only none is a problem
+        interpreter = settings.target.env.get("AR_PYTHON", "python3")
+        found += [
+            t for t in hidden_tools([interpreter], hidden, exposed) if t.instead is None and t not in found
+        ]
+    return [asdict(tool) for tool in found]
 
 
 def _why(job: _Job, default: str) -> str:

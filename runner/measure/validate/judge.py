@@ -4,18 +4,26 @@
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 from kb.config import Settings
+from kb.vocabulary import reads_like_time
 from runner import stats
-from runner.measure.validate.advice import KEEP_POWER, fleet_advice, noise_advice, num, secs, timeout_advice
+from runner.measure.validate.advice import (
+    KEEP_POWER,
+    MEDIAN_SE,
+    fleet_advice,
+    hidden_advice,
+    noise_advice,
+    num,
+    secs,
+    timeout_advice,
+)
 from runner.measure.validate.model import Call, Finding, Measurement, MetricFigures, Report
 from runner.measure.validate.parsing import parse_check
 
 #: Metrics the research phase reads (memory- or compute-bound), never worth a guard.
 RESEARCH_METRICS = ("bytes_per_iter", "mem_bw_gbs")
-_TIME_NAME = re.compile(r"(?i)(^|[_.])(time|ms|us|ns|sec|secs|seconds|latency|duration|elapsed)($|[_.])")
 
 
 def _log_sd(values: list[float]) -> float | None:
@@ -32,14 +40,20 @@ def _figures(name: str, primary: bool, calls: list[Call], policy: stats.Policy) 
     per_call = [stats.side_value(vs) for vs in per_call_samples]
     within = [n for n in (stats.noise(vs) for vs in per_call_samples) if n is not None]
     sample_noise = math.sqrt(sum(n * n for n in within) / len(within)) if within else None
+    samples_per_call = len(values) / len(per_call_samples) if per_call_samples else 0.0
     sd = _log_sd(per_call)
+    if sd is not None and sample_noise is not None and samples_per_call >= 1:
+        # A call's median varies at least as the median of its samples does by chance: a spread of
+        # the calls below that is the luck of a few calls, or a number printed with few digits
+        # (6.48 GB/s in every call while the samples vary by 2%). A run's pairs would see more.
+        sd = max(sd, MEDIAN_SE * sample_noise / math.sqrt(samples_per_call))
     pair_sd = sd * math.sqrt(2) if sd is not None else None
     figures = MetricFigures(
         name=name,
         primary=primary,
         values=values,
         per_call=per_call,
-        samples_per_call=len(values) / len(per_call_samples) if per_call_samples else 0.0,
+        samples_per_call=samples_per_call,
         sample_noise=sample_noise,
         call_noise=stats.noise(per_call),
         pair_sd=pair_sd,
@@ -79,14 +93,21 @@ def evaluate(
     for step in m.steps:
         if step.rc not in (0, None):
             why = "timed out" if step.rc in (124, 137) else f"exited {step.rc}"
+            where = (
+                f"; the command is target.build_cmd = {settings.target.build_cmd!r} in autoresearch.toml"
+                if step.name.startswith("build")
+                else ""
+            )
             problems.append(
                 Finding(
                     f"{step.name}_failed",
                     f"{step.name} {why} after {secs(step.seconds)} (log: {log}); last lines: "
-                    + " | ".join(step.tail[-5:]),
+                    + " | ".join(step.tail[-5:])
+                    + where,
                     {"rc": step.rc, "tail": step.tail},
                 )
             )
+    hidden_advice(m, advice)
     for call in m.calls:
         if call.rc != 0:
             why = "timed out" if call.rc in (124, 137) else f"exited {call.rc}"
@@ -147,15 +168,15 @@ def evaluate(
         )
     if main is not None:
         parse_check(m, main, primary, problems, advice)
-        noise_advice(m, main, policy, call_seconds, problems, advice)
-        if settings.metric.direction == "higher" and _TIME_NAME.search(main.name):
-            advice.append(
+        if settings.metric.direction == "higher" and reads_like_time(main.name):
+            advice.append(  # first of the noise's: a wrong direction keeps every slowdown
                 Finding(
                     "direction",
                     f"metric.direction is `higher` but {main.name!r} reads like a time: if smaller is "
-                    'better set metric.direction = "lower"',
+                    'better set metric.direction = "lower" (else a run keeps what makes it slower)',
                 )
             )
+        noise_advice(m, main, policy, call_seconds, problems, advice)
     fleet_advice(m, fleet, workers, busy, problems, advice)
     timeout_advice(m, settings, problems, advice)
     guarded = {g.metric for g in settings.metric.guards}

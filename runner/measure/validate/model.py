@@ -65,6 +65,11 @@ class Measurement:
     accepted_parse: bool = False
     """The user looked at the matched lines and accepted them (`validate --accept-parse`)."""
     cores: int = 1
+    isolation: str | None = None
+    """What the harness ran the steps under (uid+pid+mount, userns+pid+mount, none)."""
+    hidden_tools: list[dict[str, Any]] = field(default_factory=list)
+    """Programs the commands name that this shell finds in a folder the sandbox hides from the
+    steps (validate/hidden.py `HiddenTool`, as dicts)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
