@@ -148,11 +148,13 @@ def cli(
     ws = create_workspace(directory, spec)
     settings = ws.settings
     dirty = uncommitted(settings.target.path, settings.target.baseline_commit)
-    scaffolded = [
-        name
+    # The workspace's scripts: the recipe's own (copied), else scaffolded from the commands given.
+    scripts = [
+        (name, "the llama.cpp recipe's" if Path(name).name in files else "scaffolded")
         for name in (settings.target.bench_script, settings.target.checks_script)
-        if (ws.root / name).is_file() and name not in files
+        if (ws.root / name).is_file()
     ]
+    scaffolded = [name for name, how in scripts if how == "scaffolded"]
     if as_json:
         echo_json(
             {
@@ -162,7 +164,8 @@ def cli(
                 "target": settings.target.path,
                 "baseline": settings.target.baseline,
                 "baseline_commit": settings.target.baseline_commit,
-                "scripts": scaffolded,
+                "scripts": [name for name, _ in scripts],
+                "scaffolded": scaffolded,
                 "protect": settings.target.protect,
                 "parallel": settings.fleet.parallel,
                 "uncommitted": dirty,
@@ -173,8 +176,8 @@ def cli(
     click.echo(f"  target    {settings.target.path} @ {settings.target.baseline_commit[:12]}")
     click.echo(f"  config    {ws.config_path} (every key explained: README, section Configuration)")
     click.echo(f"  database  {ws.db_path}")
-    for name in scaffolded:
-        click.echo(f"  script    {ws.root / name} (scaffolded)")
+    for name, how in scripts:
+        click.echo(f"  script    {ws.root / name} ({how})")
     if settings.target.protect:
         click.echo(f"  protected {', '.join(settings.target.protect)}")
     click.echo(f"  parallel  {settings.fleet.parallel} worker(s)")
