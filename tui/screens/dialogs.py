@@ -40,10 +40,42 @@ class ConfirmScreen(AppModal):
         self.dismiss(event.button.id == "yes")
 
 
-class NoteScreen(AppModal):
+class FormDialog(AppModal):
+    """A dialog whose form becomes one value: enter, ctrl+s or its first button sends it (a bad
+    field is named in the dialog's error line and nothing is sent); esc or Cancel sends None.
+    Subclasses say what the form holds (`value`, raising ValueError) and where errors go."""
+
+    BINDINGS = [Binding("ctrl+s", "submit", "Send", priority=True)]
+    ERROR_ID = "form-error"
+    SUBMIT_ID = "send"
+
+    def value(self) -> object:
+        raise NotImplementedError
+
+    def action_submit(self) -> None:
+        try:
+            value = self.value()
+        except ValueError as exc:
+            self.query_one(f"#{self.ERROR_ID}", Static).update(Text(str(exc), style="bold red"))
+            return
+        self.dismiss(value)
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_submit()
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == self.SUBMIT_ID:
+            self.action_submit()
+        elif event.button.id == "cancel":
+            self.dismiss(None)
+
+
+class NoteScreen(FormDialog):
     """One line of text for the runner: a focus or avoid note the next research phase reads."""
 
-    BINDINGS = [Binding("ctrl+s", "send", "Send", priority=True)]
+    ERROR_ID = "note-error"
 
     def __init__(self, question: str, detail: str = "", placeholder: str = "") -> None:
         super().__init__()
@@ -62,26 +94,11 @@ class NoteScreen(AppModal):
                 yield Button("Send (enter)", id="send", variant="primary", compact=True)
                 yield Button("Cancel (esc)", id="cancel", compact=True)
 
-    def action_send(self) -> None:
+    def value(self) -> str:
         text = " ".join(self.query_one("#note-text", Input).value.split())
         if not text:
-            self.query_one("#note-error", Static).update(
-                Text("write a note first (esc cancels)", style="bold red")
-            )
-            return
-        self.dismiss(text)
-
-    @on(Input.Submitted)
-    def submitted(self) -> None:
-        self.action_send()
-
-    @on(Button.Pressed, "#send")
-    def send_pressed(self) -> None:
-        self.action_send()
-
-    @on(Button.Pressed, "#cancel")
-    def cancel_pressed(self) -> None:
-        self.dismiss(None)
+            raise ValueError("write a note first (esc cancels)")
+        return text
 
 
 def positive(text: str, label: str) -> float | None:
@@ -98,11 +115,11 @@ def positive(text: str, label: str) -> float | None:
     return number
 
 
-class BudgetScreen(AppModal):
+class BudgetScreen(FormDialog):
     """A run's new budget (`autoresearch steer budget`): minutes from its start, dollars for machines
     and the model together; an empty field keeps that budget as it is."""
 
-    BINDINGS = [Binding("ctrl+s", "send", "Send", priority=True)]
+    ERROR_ID = "budget-error"
 
     def __init__(self, detail: str = "") -> None:
         super().__init__()
@@ -125,7 +142,7 @@ class BudgetScreen(AppModal):
                 yield Button("Send (ctrl+s)", id="send", variant="primary", compact=True)
                 yield Button("Cancel (esc)", id="cancel", compact=True)
 
-    def budget(self) -> dict[str, float]:
+    def value(self) -> dict[str, float]:
         """The form as the command's args; raises ValueError naming the bad field."""
         given = {
             key: value
@@ -136,31 +153,13 @@ class BudgetScreen(AppModal):
             raise ValueError("give minutes, dollars or both (esc cancels)")
         return given
 
-    def action_send(self) -> None:
-        try:
-            args = self.budget()
-        except ValueError as exc:
-            self.query_one("#budget-error", Static).update(Text(str(exc), style="bold red"))
-            return
-        self.dismiss(args)
 
-    @on(Input.Submitted)
-    def submitted(self) -> None:
-        self.action_send()
-
-    @on(Button.Pressed, "#send")
-    def send_pressed(self) -> None:
-        self.action_send()
-
-    @on(Button.Pressed, "#cancel")
-    def cancel_pressed(self) -> None:
-        self.dismiss(None)
-
-
-class StartRunScreen(AppModal):
+class StartRunScreen(FormDialog):
     """The options of `autoresearch run --detach`; empty fields keep the config's values."""
 
-    BINDINGS = [Binding("ctrl+s", "start", "Start", priority=True)]
+    BINDINGS = [Binding("ctrl+s", "submit", "Start", priority=True)]
+    ERROR_ID = "run-error"
+    SUBMIT_ID = "start"
 
     FIELDS: tuple[tuple[str, str, str], ...] = (
         ("name", "Name", "default: the start time"),
@@ -226,22 +225,5 @@ class StartRunScreen(AppModal):
             autopilot=self.query_one("#run-autopilot", Checkbox).value,
         )
 
-    def action_start(self) -> None:
-        try:
-            request = self.request()
-        except ValueError as exc:
-            self.query_one("#run-error", Static).update(Text(str(exc), style="bold red"))
-            return
-        self.dismiss(request)
-
-    @on(Input.Submitted)
-    def submitted(self) -> None:
-        self.action_start()
-
-    @on(Button.Pressed, "#start")
-    def start_pressed(self) -> None:
-        self.action_start()
-
-    @on(Button.Pressed, "#cancel")
-    def cancel_pressed(self) -> None:
-        self.dismiss(None)
+    def value(self) -> RunRequest:
+        return self.request()
