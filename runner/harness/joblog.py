@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from runner.harness.protocol import MAX_LINE_BYTES, Invocation, LogParser, Step, line_pieces
+from runner.harness.protocol import Invocation, LineSplitter, LogParser, Step
 
 READ_CHUNK = 1 << 20
 """Bytes of a job log read (and parsed) at a time."""
@@ -41,17 +41,12 @@ def read_new(parser: LogParser, path: Path, offset: int) -> tuple[list[Invocatio
 def log_lines(fh: BinaryIO) -> Iterator[bytes]:
     """A job log's lines (without their newline) as LogParser numbers them: a line longer than
     MAX_LINE_BYTES in pieces, whatever chunks it arrives in."""
-    buffer = b""
+    lines = LineSplitter()
     while data := fh.read(READ_CHUNK):
-        buffer += data
-        *complete, buffer = buffer.split(b"\n")
-        for raw in complete:
-            yield from line_pieces(raw)
-        while len(buffer) > MAX_LINE_BYTES:
-            yield buffer[:MAX_LINE_BYTES]
-            buffer = buffer[MAX_LINE_BYTES:]
-    if buffer:
-        yield from line_pieces(buffer)
+        for piece, _ in lines.feed(data):
+            yield piece
+    for piece, _ in lines.finish():
+        yield piece
 
 
 def write_step_logs(path: Path, steps: Sequence[Step]) -> list[Path]:

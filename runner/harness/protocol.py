@@ -250,9 +250,7 @@ class LogParser:
         self.pairs = pairs
         self.state = LogState()
         self._seen: set[tuple[str, int, str]] = set()
-        self._buffer = b""
-        self._continued = False
-        """The buffer holds the rest of a line already read in part (its next piece continues it)."""
+        self._lines = LineSplitter()
         self._open: tuple[int, Side, float | None, int] | None = None
         self._samples: list[Sample] = []
         self._rejected: list[tuple[int, Rejected]] = []
@@ -262,36 +260,24 @@ class LogParser:
         self._step_open: dict[str, tuple[Step, float | None]] = {}
 
     def feed(self, data: bytes) -> list[Invocation]:
-        self._buffer += data
-        *complete, self._buffer = self._buffer.split(b"\n")
-        pieces: list[tuple[bytes, bool]] = []
-        for raw in complete:
-            pieces += self._pieces(raw)
-            self._continued = False
-        # A line with no end in sight is read in pieces, as the harness folds it: memory stays bounded.
-        while len(self._buffer) > MAX_LINE_BYTES:
-            pieces.append((self._buffer[:MAX_LINE_BYTES], self._continued))
-            self._buffer = self._buffer[MAX_LINE_BYTES:]
-            self._continued = True
+        return self._parse(self._lines.feed(data))
+
+    def finish(self) -> list[Invocation]:
+        """The log is complete: parse a last line without a newline."""
+        return self._parse(self._lines.finish())
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of a line not parsed yet (at most MAX_LINE_BYTES, however long the line)."""
+        return self._lines.pending_bytes
+
+    def _parse(self, pieces: list[tuple[bytes, bool]]) -> list[Invocation]:
         done: list[Invocation] = []
         for piece, continued in pieces:
             inv = self._line(piece.decode("utf-8", errors="replace"), continued=continued)
             if inv is not None:
                 done.append(inv)
         return done
-
-    def _pieces(self, raw: bytes) -> list[tuple[bytes, bool]]:
-        """A line in pieces of at most MAX_LINE_BYTES, each with whether it continues a line."""
-        return [(piece, self._continued or i > 0) for i, piece in enumerate(line_pieces(raw))]
-
-    def finish(self) -> list[Invocation]:
-        """The log is complete: parse a last line without a newline."""
-        if not self._buffer:
-            return []
-        raw, self._buffer = self._buffer, b""
-        found = [self._line(p.decode("utf-8", errors="replace"), continued=c) for p, c in self._pieces(raw)]
-        self._continued = False
-        return [inv for inv in found if inv is not None]
 
     @property
     def open_invocation(self) -> tuple[int, str] | None:
@@ -307,7 +293,7 @@ class LogParser:
         number = self.state.lines
         text = text.rstrip("\r")
         if continued:
-            if text.startswith(MARKER_PREFIX.rstrip()) or text.startswith(ESCAPED_PREFIX):
+            if text.startswith(MARKER_PREFIX.rstrip()):  # escaped (`@@AR!`) or not
                 self._forged(number)
             return None
         if text.startswith(MARKER_PREFIX):
@@ -445,10 +431,47 @@ class LogParser:
             self.state.violation = why
 
 
-def line_pieces(raw: bytes) -> list[bytes]:
-    """A line in pieces of at most MAX_LINE_BYTES (an empty line is one empty piece): each piece is
-    one line of the log as the parser numbers them."""
-    return [raw[i : i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
+class LineSplitter:
+    """Bytes in, log lines out, numbered as the parser numbers them: split at newlines, and a line
+    longer than MAX_LINE_BYTES cut in pieces (harness.sh folds a step's output the same way), each
+    with whether it continues the line before it. The rest of a line waits for more bytes (never
+    more than MAX_LINE_BYTES of it) or for `finish`."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._continued = False
+        """The buffer holds the rest of a line already given in part."""
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
+        """The lines (and pieces) `data` completes: (bytes without the newline, continues a line)."""
+        self._buffer += data
+        *complete, self._buffer = self._buffer.split(b"\n")
+        out: list[tuple[bytes, bool]] = []
+        for raw in complete:
+            out += self._cut(raw)
+            self._continued = False
+        while len(self._buffer) > MAX_LINE_BYTES:
+            out.append((self._buffer[:MAX_LINE_BYTES], self._continued))
+            self._buffer = self._buffer[MAX_LINE_BYTES:]
+            self._continued = True
+        return out
+
+    def finish(self) -> list[tuple[bytes, bool]]:
+        """The input ended: its last line, if it had no newline."""
+        if not self._buffer:
+            return []
+        raw, self._buffer = self._buffer, b""
+        out = self._cut(raw)
+        self._continued = False
+        return out
+
+    def _cut(self, raw: bytes) -> list[tuple[bytes, bool]]:
+        pieces = [raw[i : i + MAX_LINE_BYTES] for i in range(0, len(raw), MAX_LINE_BYTES)] or [raw]
+        return [(piece, self._continued or i > 0) for i, piece in enumerate(pieces)]
 
 
 def _close(step: Step, line: int, rc: int, began: float | None, at: float | None) -> None:

@@ -199,7 +199,7 @@ def test_a_line_with_no_end_is_read_in_pieces_and_none_of_them_is_a_marker() -> 
     flood = b"x" * (3 * MAX_LINE_BYTES) + f"@@AR {nonce} 0 BEGIN 0 B".encode()
     for start in range(0, len(flood), 10_000):  # arriving in chunks, as a log grows
         parser.feed(flood[start : start + 10_000])
-    assert len(parser._buffer) <= MAX_LINE_BYTES  # memory stays bounded while the line goes on
+    assert parser.pending_bytes <= MAX_LINE_BYTES  # memory stays bounded while the line goes on
     parser.feed(b"\n")
     parser.finish()
     assert parser.state.lines == 4
