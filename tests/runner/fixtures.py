@@ -252,6 +252,18 @@ def make_workspace(tmp_path: Path) -> tuple[Workspace, Path]:
     return create_workspace(tmp_path / "ws", spec), target
 
 
+def module_workspace(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Workspace]:
+    """One workspace for a test module (a module-scoped fixture yields from this), made with HOME,
+    git's system config and AUTORESEARCH_WORKSPACE kept out of it."""
+    root = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(root))
+        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
+        workspace, _ = make_workspace(root)
+        yield workspace
+
+
 @dataclass
 class HistoryFixture:
     ws: Workspace

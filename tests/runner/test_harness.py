@@ -71,6 +71,35 @@ def run_steps(
     return out, parser
 
 
+def run_template(
+    ws: Workspace, workdir: Path, build: str, *, desc: str, limits: tuple[int, int, int]
+) -> tuple[str, LogParser]:
+    """The real job template's run script on the prepared trees: `build` as both builds' command,
+    the checks, and one pair (A then B); `limits`: the build's, the benchmark's and the checks'
+    time limits in seconds."""
+    from runner.harness.template import load_template
+
+    return run_steps(
+        ws,
+        workdir,
+        "",
+        "",
+        script=load_template()["run"],
+        EXPERIMENT_ID="1",
+        EXPERIMENT_DESC=desc,
+        BUILD_CMD=build,
+        BUILD_TIMEOUT=str(limits[0]),
+        BENCH_TIMEOUT=str(limits[1]),
+        CHECK_TIMEOUT=str(limits[2]),
+        BENCH_SCRIPT="autoresearch.sh",
+        CHECKS_SCRIPT="autoresearch.checks.sh",
+        PAIR_START="0",
+        PAIRS="1",
+        PAIR_ORDER="AB",
+        RUN_CHECKS="1",
+    )
+
+
 def test_packaged_harness_is_written_with_what_the_baseline_protects(tmp_path: Path) -> None:
     ws, workdir = prepared(tmp_path, target={"protect": ["Makefile"]})
     folder = workdir / HARNESS_DIR

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.harness.template import load_template
 from tests.runner.runner_target import live_processes_under
-from tests.runner.test_harness import NONCE, RUN, prepared, run_steps
+from tests.runner.test_harness import NONCE, RUN, prepared, run_steps, run_template
 
 IS_ROOT = os.geteuid() == 0
 HAS_PYTHON = shutil.which("python3") is not None
@@ -79,29 +78,10 @@ def test_a_step_that_stops_its_own_timeout_is_ended_from_outside(tmp_path: Path)
     ptrace it and hold it stopped. The harness ends the step from outside the sandbox too, a few
     seconds after its limit, so the job goes on (`timeout`) instead of hanging until its deadline."""
     ws, workdir = prepared(tmp_path)
-    run = load_template()["run"]
     # The candidate's build (tree b) holds its timeout; the baseline's builds at once.
     build = f"if [ \"${{PWD##*/}}\" = b ]; then python3 - <<'EOF'\n{TRACER}EOF\nfi\n"
     started = time.monotonic()
-    out, parser = run_steps(
-        ws,
-        workdir,
-        "",
-        "",
-        script=run,
-        EXPERIMENT_ID="1",
-        EXPERIMENT_DESC="tracer",
-        BUILD_CMD=build,
-        BUILD_TIMEOUT="1",
-        BENCH_TIMEOUT="1",
-        CHECK_TIMEOUT="1",
-        BENCH_SCRIPT="autoresearch.sh",
-        CHECKS_SCRIPT="autoresearch.checks.sh",
-        PAIR_START="0",
-        PAIRS="1",
-        PAIR_ORDER="AB",
-        RUN_CHECKS="1",
-    )
+    out, parser = run_template(ws, workdir, build, desc="tracer", limits=(1, 1, 1))
     took = time.monotonic() - started
     assert "\ntracer: PID 1 held\n" in out, out  # the attack itself works here
     assert parser.state.builds == {"A": 0, "B": 124}, out

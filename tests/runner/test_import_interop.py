@@ -26,20 +26,14 @@ from runner.record.logformats import pi_confidence
 from runner.record.logtypes import unknown_status_reason
 from runner.record.redecide import redecide
 from runner.record.report import write_report
-from tests.runner.fixtures import make_workspace
+from tests.runner.fixtures import module_workspace
 from tui.cli import main
 
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """One workspace for the module; every test imports files of its own into it."""
-    root = tmp_path_factory.mktemp("interop")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HOME", str(root))
-        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
-        mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
-        workspace, _ = make_workspace(root)
-        yield workspace
+    yield from module_workspace(tmp_path_factory, "interop")
 
 
 def jsonl(path: Path, lines: list[Any], *, bom: bool = False) -> Path:

@@ -29,7 +29,7 @@ from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.record import importer
 from runner.record.importer import import_log
-from tests.runner.fixtures import make_workspace
+from tests.runner.fixtures import module_workspace
 from tui.cli import main
 
 T0 = 1_770_000_000_000  # pi's timestamps are Date.now(): milliseconds
@@ -37,13 +37,7 @@ T0 = 1_770_000_000_000  # pi's timestamps are Date.now(): milliseconds
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    root = tmp_path_factory.mktemp("variants")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HOME", str(root))
-        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
-        mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
-        workspace, _ = make_workspace(root)
-        yield workspace
+    yield from module_workspace(tmp_path_factory, "variants")
 
 
 def cli(ws: Workspace, *args: str) -> Result:

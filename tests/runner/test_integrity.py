@@ -24,6 +24,7 @@ import runner.stats
 from kb import gitrepo
 from kb.db import one, rows
 from kb.workspace import Workspace
+from runner.measure.common import RunSummary
 from runner.measure.jobs import MAX_JOB_WARNINGS
 from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
@@ -34,33 +35,38 @@ IS_ROOT = os.geteuid() == 0
 RUNNER_FILE = Path(runner.stats.__file__)
 
 
+def measure(
+    ws: Workspace, candidates: list[tuple[str, str]], *, title: str = "{}"
+) -> tuple[dict[str, dict[str, Any]], list[str], RunSummary]:
+    """Queue each (name, diff) as an approved hypothesis, first one first, and run them (no
+    self-test, no final stage): name -> experiment row, the run's progress lines, its summary."""
+    from runner.hypotheses import add_hypothesis, add_patch
+
+    db = ws.db()
+    ids: dict[str, int] = {}
+    for i, (name, diff) in enumerate(candidates):
+        hid = add_hypothesis(db, title.format(name), status="approved", priority=100 - i)
+        assert hid is not None
+        ids[name] = add_patch(db, hid, diff, author_kind="manual", author=f"{name}.patch")
+    lines: list[str] = []
+    summary = start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    return exps, lines, summary
+
+
 def run_wave(
     tmp_path: Path, attacks: dict[str, str], **overrides: Any
 ) -> tuple[Workspace, dict[str, dict[str, Any]], list[str]]:
     """One wave: the honest speedup and the attacks; name -> experiment row."""
-    from runner.hypotheses import add_hypothesis, add_patch
-
     # One worker: two CPU-bound batches side by side on a 2-core machine interfere in step with each
     # other, and a no-op then comes out "kept" now and then (seen in 1 of 4 to 2 of 3 waves here).
     # This test is about what a candidate can reach, not about measuring under contention.
     fleet = {"wave_size": 16, "parallel": 1, **overrides.pop("fleet", {})}
     ws, target = make_workspace(tmp_path, policy=ONE_LOOK, fleet=fleet, **overrides)
-    db = ws.db()
-    ids: dict[str, int] = {}
-    for i, (name, diff) in enumerate(
-        [("honest", make_diff(target, "speedup"))]
-        + [(n, runtime_diff(target, script)) for n, script in attacks.items()]
-    ):
-        hid = add_hypothesis(db, f"Candidate {name}", status="approved", priority=100 - i)
-        assert hid is not None
-        ids[name] = add_patch(db, hid, diff, author_kind="manual", author=f"{name}.patch")
-    lines: list[str] = []
-    summary = start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+    candidates = [("honest", make_diff(target, "speedup"))]
+    candidates += [(n, runtime_diff(target, script)) for n, script in attacks.items()]
+    exps, lines, summary = measure(ws, candidates, title="Candidate {}")
     assert summary.status == "finished", lines
-    exps = {
-        name: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [pid]))
-        for name, pid in ids.items()
-    }
     return ws, exps, lines
 
 
@@ -196,22 +202,13 @@ def test_a_binary_that_fakes_its_clock_and_the_wall_clock_guard(tmp_path: Path, 
     """The benchmarked binary is the candidate's and times itself: one that reports ten times its
     speed is kept (the limit the README's threat model names), unless the benchmark runs fixed work
     and `metric.wall_clock_guard` asks the harness's own clock to confirm the win."""
-    from runner.hypotheses import add_hypothesis, add_patch
-
     # Four times the usual work, so that the harness's own cost per invocation (a few ms, more on a
     # loaded machine) does not hide the honest speedup from the wall clock.
     ws, target = make_workspace(
         tmp_path, iters=4 * ITERS, policy=ONE_LOOK, fleet={"wave_size": 4}, metric={"wall_clock_guard": guard}
     )
     db = ws.db()
-    ids = {}
-    for i, name in enumerate(["speedup", "fake_clock"]):
-        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
-        assert hid is not None
-        ids[name] = add_patch(db, hid, make_diff(target, name), author_kind="manual")
-    lines: list[str] = []
-    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
-    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    exps, lines, _ = measure(ws, [(name, make_diff(target, name)) for name in ["speedup", "fake_clock"]])
     assert exps["speedup"]["status"] == "kept", lines
     fake = exps["fake_clock"]
     decision = must(one(db, "SELECT * FROM decisions WHERE experiment_id = ? AND is_final = 1", [fake["id"]]))
@@ -247,7 +244,6 @@ def test_a_candidate_that_leaves_out_a_guard_metric_is_not_kept(tmp_path: Path) 
     script, protected, finds nothing to report) gave the guard nothing to veto with. The same
     speedup that still prints it is kept; the one that leaves it out is inconclusive."""
     from kb.init import TargetSpec, create_workspace
-    from runner.hypotheses import add_hypothesis, add_patch
     from tests.runner.runner_target import git, make_target, workspace_settings
 
     target = make_target(tmp_path / "target", bench=GUARDED_BENCH)
@@ -271,14 +267,7 @@ def test_a_candidate_that_leaves_out_a_guard_metric_is_not_kept(tmp_path: Path) 
     finally:
         prog.write_text(original)
     db = ws.db()
-    ids = {}
-    for i, (name, diff) in enumerate([("speedup", speedup), ("silent", silent)]):
-        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
-        assert hid is not None
-        ids[name] = add_patch(db, hid, diff, author_kind="manual")
-    lines: list[str] = []
-    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
-    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    exps, lines, _ = measure(ws, [("speedup", speedup), ("silent", silent)])
     assert exps["speedup"]["status"] == "kept", lines
     silent_exp = exps["silent"]
     assert silent_exp["status"] == "inconclusive", (silent_exp, lines)
@@ -297,7 +286,6 @@ def test_a_candidate_that_fills_the_disk_is_crashed_and_the_run_goes_on(tmp_path
     and ends it `crashed`; the honest speedup after it is kept."""
     import subprocess
 
-    from runner.hypotheses import add_hypothesis, add_patch
     from tests.runner.attacks import _staged_diff
 
     small = tmp_path / "small"
@@ -310,16 +298,8 @@ def test_a_candidate_that_fills_the_disk_is_crashed_and_the_run_goes_on(tmp_path
             "printf 'fill:\\n\\t-@dd if=/dev/zero of=big bs=1M 2>&1 | tail -n 1\\n' >> Makefile"
             " && sed -i 's/^prog: prog.c$/prog: prog.c fill/' Makefile",
         )
-        db = ws.db()
-        ids = {}
-        for i, (name, diff) in enumerate([("fill", fill), ("honest", make_diff(target, "speedup"))]):
-            hid = add_hypothesis(db, name, status="approved", priority=10 - i)
-            assert hid is not None
-            ids[name] = add_patch(db, hid, diff, author_kind="manual")
-        lines: list[str] = []
-        summary = start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
+        exps, lines, summary = measure(ws, [("fill", fill), ("honest", make_diff(target, "speedup"))])
         assert summary.status == "finished", lines
-        exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
         assert (exps["fill"]["status"], exps["fill"]["reason"]) == ("crashed", "build"), lines
         assert "the disk filled up while it ran" in json.loads(exps["fill"]["meta"])["detail"]
         assert exps["honest"]["status"] == "kept", lines
@@ -336,8 +316,6 @@ def test_a_candidate_printing_zero_does_not_crash_its_wave_mates(tmp_path: Path)
     still ran was crashed with it. The zero here prints its first zeros at once, then sleeps a
     second an invocation, and the two workers do not take turns (no machine lock): the honest batch
     is decided while the zero's first pairs are stored and its job runs on."""
-    from runner.hypotheses import add_hypothesis, add_patch
-
     fleet = {"parallel": 2, "wave_size": 2, "exclusive_pairs": False}
     ws, target = make_workspace(tmp_path, policy=ONE_LOOK, fleet=fleet)
     prog = target / "prog.c"
@@ -353,15 +331,7 @@ def test_a_candidate_printing_zero_does_not_crash_its_wave_mates(tmp_path: Path)
         zero = git(target, "diff")
     finally:
         prog.write_text(original)
-    db = ws.db()
-    ids = {}
-    for i, (name, diff) in enumerate([("zero", zero), ("honest", make_diff(target, "speedup"))]):
-        hid = add_hypothesis(db, name, status="approved", priority=10 - i)
-        assert hid is not None
-        ids[name] = add_patch(db, hid, diff, author_kind="manual")
-    lines: list[str] = []
-    start_run(ws, RunOptions(self_test=False, final=False), progress=lines.append).execute()
-    exps = {n: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [p])) for n, p in ids.items()}
+    exps, lines, _ = measure(ws, [("zero", zero), ("honest", make_diff(target, "speedup"))])
     assert exps["honest"]["status"] == "kept", (exps["honest"], lines)
     assert exps["zero"]["ended_at"] > exps["honest"]["ended_at"], lines  # it ran on past the decision
     assert (exps["zero"]["status"], exps["zero"]["reason"]) == ("crashed", "benchmark"), lines

@@ -13,8 +13,7 @@ from typing import TypeVar
 
 from runner.harness.joblog import READ_CHUNK, log_lines, read_new, write_step_logs
 from runner.harness.protocol import MAX_FORGED, MAX_LINE_BYTES, LogParser
-from runner.harness.template import load_template
-from tests.runner.test_harness import NONCE, prepared, run_steps
+from tests.runner.test_harness import NONCE, prepared, run_template
 
 T = TypeVar("T")
 FLOOD = 16 << 20
@@ -33,25 +32,8 @@ def peak(call: Callable[[], T]) -> tuple[T, int]:
 def test_a_flood_of_output_is_read_and_split_in_bounded_memory(tmp_path: Path) -> None:
     ws, workdir = prepared(tmp_path)
     flood = f"head -c {FLOOD} /dev/zero | tr '\\\\0' x | fold -w 1023"
-    out, _ = run_steps(
-        ws,
-        workdir,
-        "",
-        "",
-        script=load_template()["run"],
-        EXPERIMENT_ID="1",
-        EXPERIMENT_DESC="flood",
-        BUILD_CMD=f'make -s && if [ "${{PWD##*/}}" = b ]; then {flood}; fi',
-        BUILD_TIMEOUT="60",
-        BENCH_TIMEOUT="10",
-        CHECK_TIMEOUT="30",
-        BENCH_SCRIPT="autoresearch.sh",
-        CHECKS_SCRIPT="autoresearch.checks.sh",
-        PAIR_START="0",
-        PAIRS="1",
-        PAIR_ORDER="AB",
-        RUN_CHECKS="1",
-    )
+    build = f'make -s && if [ "${{PWD##*/}}" = b ]; then {flood}; fi'
+    out, _ = run_template(ws, workdir, build, desc="flood", limits=(60, 10, 30))
     log = tmp_path / "batch-0.log"
     log.write_bytes(out.encode())
     size = log.stat().st_size
