@@ -11,14 +11,17 @@ from runner.measure.common import (
 from runner.measure.decide import Deciding
 
 
+def tree_of(step: str) -> str:
+    """The tree a step runs in: build-A and bench-3-A in A's; build-B, bench-3-B and the checks in B's."""
+    return "B" if step == "checks" else step.rsplit("-", 1)[-1]
+
+
 def tampered_reason(step: str, side: str, path: str) -> str:
     """The refusal's words for a TAMPERED marker: the path, the step, and the tree when it is not
     the step's own. Without isolation the harness also looks before each step: `after-<step>` is
     a change made between two steps, by a process the candidate left running."""
     when, step = ("after", step[len("after-") :]) if step.startswith("after-") else ("during", step)
-    # build-B, bench-3-B and the checks are steps of B's tree; name the other tree's change.
-    own = "B" if step == "checks" else step.rsplit("-", 1)[-1]
-    where = "" if own == side else f" (in tree {side})"
+    where = "" if tree_of(step) == side else f" (in tree {side})"  # the other tree's change is named
     return f"tampered: {path} changed {when} {step}{where}"
 
 
@@ -28,7 +31,7 @@ def failed_step(state: LogState) -> str | None:
     failed = next((s for s in reversed(state.steps) if s.rc not in (None, 0)), None)
     if failed is None:
         return None
-    side = "B" if failed.name == "checks" else failed.name.rsplit("-", 1)[-1]
+    side = tree_of(failed.name)
     whose = {"A": "the baseline's", "B": "the candidate's"}.get(side, "")
     said = f"{failed.name} exited {failed.rc}" + (f" ({whose} tree)" if whose else "")
     if side == "A" and (state.isolation or "none") == "none":

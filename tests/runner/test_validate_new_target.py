@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kb.config import load_settings
+from kb.config import Settings, load_settings
 from runner.measure.validate import Call, Measurement, Sample, evaluate
 from tests.conftest import make_repo
 from tests.runner.onboarding_support import cli, set_config
@@ -180,19 +180,20 @@ def _measurement(per_call: list[list[float]], samples: int) -> Measurement:
     return m
 
 
+def gbs_workspace(tmp_path: Path) -> Settings:
+    """A workspace on a fresh repository, primary metric gbs: its settings, as validate reads them."""
+    make_repo(tmp_path / "t")
+    ws = tmp_path / "ws"
+    made = cli("init", str(ws), "--target", str(tmp_path / "t"), "--build-cmd", "true", "--metric", "gbs")
+    assert made.exit_code == 0, made.output
+    return load_settings(ws / "autoresearch.toml")
+
+
 def test_the_floor_is_never_below_what_the_samples_spread_gives_a_median(tmp_path: Path) -> None:
     """mmh3's walk: five samples per call spread by 2%, printed with two decimals, gave the same
     median (6.48) in every call; validate said it resolves ±0.06% in 80 pairs, the run's A/A
     self-test then measured a floor of ±1.8%."""
-    make_repo(tmp_path / "t")
-    ws = tmp_path / "ws"
-    assert (
-        cli(
-            "init", str(ws), "--target", str(tmp_path / "t"), "--build-cmd", "true", "--metric", "gbs"
-        ).exit_code
-        == 0
-    )
-    settings = load_settings(ws / "autoresearch.toml")
+    settings = gbs_workspace(tmp_path)
     samples = [6.34, 6.48, 6.61, 6.40, 6.55]
     report = evaluate(_measurement([samples, samples, samples, list(reversed(samples))], 5), settings)
     [gbs] = report.metrics
@@ -206,15 +207,7 @@ def test_too_noisy_says_what_lowers_the_noise_when_more_samples_would_not(tmp_pa
     """The problem said "lower the noise: more runs per call (AR_SAMPLES ...)" while the advice
     under it said "more samples per call will not help much": calls that vary more than their
     samples explain need a longer workload or a quieter machine."""
-    make_repo(tmp_path / "t")
-    ws = tmp_path / "ws"
-    assert (
-        cli(
-            "init", str(ws), "--target", str(tmp_path / "t"), "--build-cmd", "true", "--metric", "gbs"
-        ).exit_code
-        == 0
-    )
-    settings = load_settings(ws / "autoresearch.toml")
+    settings = gbs_workspace(tmp_path)
     calls = [[5.9, 5.95, 6.0], [4.6, 4.65, 4.7], [5.3, 5.35, 5.4], [6.2, 6.25, 6.3]]
     report = evaluate(_measurement(calls, 3), settings)
     [noisy] = [p for p in report.problems if p.kind == "too_noisy_for_min_effect"]
@@ -300,15 +293,7 @@ def test_the_filters_python3_is_no_advice_while_the_steps_have_one(
 def test_the_advice_counts_the_samples_that_ran_not_the_scripts_default(tmp_path: Path) -> None:
     """mmh3's walk, after AR_SAMPLES = "10" in [target.env] as advised: validate said "the
     scaffold runs the command 5 times" and advised AR_SAMPLES = "6", fewer than ran."""
-    make_repo(tmp_path / "t")
-    ws = tmp_path / "ws"
-    assert (
-        cli(
-            "init", str(ws), "--target", str(tmp_path / "t"), "--build-cmd", "true", "--metric", "gbs"
-        ).exit_code
-        == 0
-    )
-    settings = load_settings(ws / "autoresearch.toml")
+    settings = gbs_workspace(tmp_path)
     spread = [5.0, 5.3, 5.6, 5.9, 6.2, 6.5, 6.8, 7.1, 5.15, 6.95]
     calls = [spread, list(reversed(spread)), spread[1:] + spread[:1], spread[2:] + spread[:2]]
     report = evaluate(_measurement(calls, 5), settings)  # the script's default: 5; 10 ran

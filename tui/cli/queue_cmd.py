@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kb.vocabulary import help_epilog
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, Number, PathArg
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from kb.store.hypotheses import SameChange
 
 _SOURCE_FORMS = (
     "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
@@ -40,7 +45,7 @@ def cli() -> None:
     """The hypothesis queue: patches waiting to be measured."""
 
 
-def _same_change(db: Any, patch_file: Path, diff: str) -> Any:
+def _same_change(db: sqlite_utils.Database, patch_file: Path, diff: str) -> SameChange | None:
     """Refuse a patch whose change waits in the queue already (a second `queue add` of the same
     file); the hypothesis that measured it before, if any (it is measured again: a note)."""
     from kb.errors import UserError
