@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kb.store.decisions import latest_decision_id
 from kb.store.paging import one, rows, shaped, shaped_one
+from kb.store.samples import RawSample
 from kb.store.tables import DecisionRow, EventRow, ExperimentRow, RunRow, WaveRow
 
 if TYPE_CHECKING:
@@ -181,17 +182,6 @@ def decision_rows(
 
 
 # --- samples and events ------------------------------------------------------------------------
-
-
-class RawSample(TypedDict):
-    """One sample as measured: its pair, side, metric, place in the invocation and value."""
-
-    pair: int
-    side: str
-    metric: str
-    seq: int
-    value: float
-    created_at: float
 
 
 def sample_rows(db: sqlite_utils.Database, experiment_id: int, metric: str | None = None) -> list[RawSample]:

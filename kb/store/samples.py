@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 
-class NewSample(TypedDict):
-    experiment_id: int
+class RawSample(TypedDict):
+    """One sample as measured: its pair, side, metric, place in the invocation and value."""
+
     pair: int
     side: str
     """A (baseline) or B (candidate)."""
@@ -22,6 +23,12 @@ class NewSample(TypedDict):
     """The sample's order within one invocation."""
     value: float
     created_at: float
+
+
+class NewSample(RawSample):
+    """A sample to store: a raw sample of one experiment."""
+
+    experiment_id: int
 
 
 def insert(db: sqlite_utils.Database, sample: NewSample) -> int:
