@@ -749,6 +749,14 @@ CREATE INDEX llm_calls_step ON llm_calls (step) WHERE step IS NOT NULL
     )
 
 
+@migration
+def m011_decision_family(db: sqlite_utils.Database) -> None:
+    """`decisions.family` (JSON, {experiment id: pairs}): the wave-mates a look of the loop judged
+    together and how many pairs each had then, so that `redecide --check` replays every stored
+    decision exactly (the same judge on the same inputs). Decisions recorded before have none."""
+    db.execute("ALTER TABLE decisions ADD COLUMN family TEXT")
+
+
 def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:
     """SQLite's 12-step table change for a constraint: the new table from the old one's stored SQL
     as `edit` changes it, rows copied by column name, its indexes and triggers made again."""

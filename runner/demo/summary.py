@@ -7,7 +7,6 @@ ran, and the baseline's bottleneck before and after the winners.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 from kb.store import demo_reads
 from runner.stats import interval, pct
 
@@ -98,7 +98,7 @@ def collect_outcomes(
             continue
         found = demo_reads.experiment_origin(db, exp["id"], exp["patch_id"])
         hid = found["hypothesis_id"]
-        meta = json.loads(found["meta"] or "{}")
+        meta = decoded_dict(found["meta"])
         ci = tuple(exp["ci"]) if exp["ci"] else None
         outcome = Outcome(
             experiment_id=exp["id"],
@@ -174,7 +174,6 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
     `after_waves` (the waves started before it: 0 is before the first wave), `found` (the hypotheses
     its miners added, from the `hypotheses.mine` events logged during the phase, then those the
     model proposed in it) and `patches` (those the model wrote in it: id, hypothesis, repair_of)."""
-    from runner.record.history import parse_json
 
     if run_id is None:
         return []
@@ -183,7 +182,7 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
     waves, started = 0, False
     mined_ids: list[int] = []
     for ev in events:
-        data = parse_json(ev["data"]) or {}
+        data = decoded_dict(ev["data"])
         if ev["kind"] == "wave_started":
             waves += 1
         elif ev["kind"] == "research_started":

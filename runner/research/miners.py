@@ -21,7 +21,6 @@ Re-running adds nothing twice: every mined hypothesis has a dedupe key (`gap:<ba
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from kb.commit_facts import (
     parse_claims,
 )
 from kb.db import log_event, transaction
+from kb.jsoncol import decoded, decoded_dict
 from kb.store import hypotheses as hypothesis_store
 from kb.store import research as store
 from kb.store.research import ForkCommitFacts
@@ -104,15 +104,6 @@ class MineReport:
         return asdict(self)
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _ops_key(ops: Any) -> str:
     """Inventory ops as one key: a list ["RMS_NORM", "MUL"] or a string "RMS_NORM+MUL"."""
     if isinstance(ops, list | tuple):
@@ -133,9 +124,7 @@ def mine_gaps(ws: Workspace, db: sqlite_utils.Database) -> MineReport:
     target = ws.settings.kb.inventory.target_backend
     report = MineReport()
     for gap in store.gaps(db):
-        meta = _json(gap["meta"]) or {}
-        if not isinstance(meta, dict):
-            meta = {}
+        meta = decoded_dict(gap["meta"])
         ops = _ops_key(meta.get("ops") or gap["title"])
         missing = _names(meta.get("missing"))
         present = _names(meta.get("present"))
@@ -217,7 +206,7 @@ class _Facts:
         self._rules: HistoryBackends | None = None
 
     def of(self, commit: ForkCommitFacts, files: list[str]) -> tuple[list[str], list[str], list[Claim]]:
-        backends, areas = _json(commit["backends"]), _json(commit["areas"])
+        backends, areas = decoded(commit["backends"]), decoded(commit["areas"])
         if isinstance(backends, list) and isinstance(areas, list):
             claims = claims_from_json(commit["claims"])
             return [str(b) for b in backends], [str(a) for a in areas], claims

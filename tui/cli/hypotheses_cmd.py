@@ -6,11 +6,11 @@ inside the command: `hypotheses list` and `hypotheses mine` never import it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from kb.jsoncol import decoded_dict
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, ROW_ID, Number
@@ -224,7 +224,7 @@ def reflect(
             {
                 "wave": wave,
                 "evidence_id": evidence_id,
-                "meta": json.loads((note.meta if note else None) or "{}"),
+                "meta": decoded_dict(note.meta if note else None),
                 "body": note.body if note else None,
             }
         )
