@@ -365,6 +365,50 @@ class ForkSettings(_Section):
     """File-level mode records at most this many differing files (the paths of interest first)."""
 
 
+class DiscoverySettings(_Section):
+    """Finding papers in public scholarly APIs (`kb discover`, and the autopilot's research phase)."""
+
+    enabled: Literal["auto", "on", "off"] = "auto"
+    """Whether the research phase asks discovery (`run --discover/--no-discover` overrides it):
+    auto: when the source's API can be reached (off when offline, or AUTORESEARCH_OFFLINE=1)."""
+    source: Literal["arxiv", "openalex", "semantic-scholar"] = "arxiv"
+    """The API asked when none is named (`kb discover --source`)."""
+    arxiv_api: str = "https://export.arxiv.org/api/query"
+    """arXiv's query API (Atom)."""
+    openalex_api: str = "https://api.openalex.org"
+    """OpenAlex's API (its /works search); an API key, if any, comes from OPENALEX_API_KEY."""
+    semantic_scholar_api: str = "https://api.semanticscholar.org/graph/v1"
+    """Semantic Scholar's Graph API (its /paper/search); a key, if any, comes from S2_API_KEY."""
+    mailto: str = ""
+    """A contact address sent to OpenAlex (its `mailto`) and in the User-Agent: the polite way to call."""
+    per_query: Annotated[int, Field(ge=1, le=50)] = 5
+    """Candidates the research phase asks for per model query."""
+    per_phase: Annotated[int, Field(ge=0, le=50)] = 3
+    """Unseen papers a research phase ingests at most."""
+    per_run: Annotated[int, Field(ge=0, le=1000)] = 10
+    """Unseen papers a run ingests at most, over all its research phases."""
+    arxiv_delay: float = Field(3.0, ge=0.0, le=60.0)
+    """Seconds between two calls of arXiv's API (its terms ask for 3)."""
+    max_wait: float = Field(30.0, ge=0.0, le=600.0)
+    """The longest Retry-After waited once on a rate-limit answer; a longer one is reported instead."""
+    timeout: float = Field(20.0, gt=0.0, le=600.0)
+    """Seconds one API call may take."""
+
+
+class PullRequestSettings(_Section):
+    """Reading the upstream's pull requests (`kb add-prs`)."""
+
+    host_api: Literal["auto", "on", "off"] = "auto"
+    """Titles and descriptions from the host's API: auto when it can be reached, else (and with
+    off) from each PR's head commit."""
+    github_api: str = "https://api.github.com"
+    """GitHub's REST API (pulls); a token, if any, comes from GITHUB_TOKEN."""
+    gitlab_api: str = ""
+    """GitLab's REST API v4 (merge_requests); empty: https://<the remote's host>/api/v4."""
+    limit: Annotated[int, Field(ge=1, le=5000)] = 100
+    """Newest pull requests read at most by one `kb add-prs` (`--limit`)."""
+
+
 class KBSettings(_Section):
     inventory: InventorySettings = Field(default_factory=InventorySettings)
     """The backend fusion inventory (`kb inventory`)."""
@@ -375,13 +419,21 @@ class KBSettings(_Section):
     max_page_bytes: int = Field(5_000_000, ge=1)
     """Largest page or file read; a bigger one is refused while it is read."""
     arxiv_base: str = "https://arxiv.org"
-    """Where `kb add-paper` fetches arXiv HTML versions from (abs/pdf links are mapped to html)."""
+    """Where `kb add-paper` fetches arXiv papers from: the HTML version, else the PDF."""
     passage_chars: Annotated[int, Field(ge=200)] = 1200
     """Target passage length in characters (a passage never crosses a heading)."""
     max_commit_diff_bytes: Annotated[int, Field(ge=1000)] = 300_000
     """A fork commit's stored diff is cut at this size (the commit is kept and marked truncated)."""
     max_file_diff_bytes: Annotated[int, Field(ge=1000)] = 100_000
     """One file's part of a stored diff is cut at this size (huge generated files)."""
+    pdf_seconds: float = Field(60.0, gt=0.0, le=3600.0)
+    """Seconds reading one PDF's text may take (its own process; refused after it)."""
+    pdf_memory_mb: Annotated[int, Field(ge=128, le=65536)] = 1024
+    """Memory reading one PDF may use: a decompression bomb is refused when it passes it."""
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
+    """Finding papers in arXiv, OpenAlex and Semantic Scholar (`kb discover`, the research phase)."""
+    prs: PullRequestSettings = Field(default_factory=PullRequestSettings)
+    """The upstream's pull requests (`kb add-prs`)."""
 
 
 class ForkSuggestion(_Section):

@@ -9,6 +9,7 @@ from the result (`python -m kb.schema_doc`), and a test checks it is current.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 
@@ -755,6 +756,64 @@ def m011_decision_family(db: sqlite_utils.Database) -> None:
     together and how many pairs each had then, so that `redecide --check` replays every stored
     decision exactly (the same judge on the same inputs). Decisions recorded before have none."""
     db.execute("ALTER TABLE decisions ADD COLUMN family TEXT")
+
+
+@migration
+def m014_reading(db: sqlite_utils.Database) -> None:
+    """Reading beyond what the user brings (issue 28):
+    - `paper_keys`: every address, DOI, arXiv id and title key a paper is known by, so the same
+      paper met again (its PDF after its HTML page, a link its page named) is one paper;
+    - `pull_requests`: the upstream's pull requests (`kb add-prs`), each with its fork source (its
+      commits, mined like a fork's), its state, whether its change is already upstream, and its
+      combined diff against the baseline.
+    A passage's pages (PDFs) are kept in its evidence `meta` (`pages: [first, last]`)."""
+    _sql(
+        db,
+        """
+CREATE TABLE paper_keys (
+    source_id INTEGER NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    kind TEXT NOT NULL CHECK (kind IN ('url', 'doi', 'arxiv', 'title')),
+    value TEXT NOT NULL,      -- url: normalised; doi: lower case; title: lower-case words
+    PRIMARY KEY (kind, value, source_id)
+);
+CREATE INDEX paper_keys_source ON paper_keys (source_id);
+CREATE TABLE pull_requests (
+    id INTEGER PRIMARY KEY,
+    source_id INTEGER NOT NULL UNIQUE REFERENCES sources (id) ON DELETE CASCADE,  -- its fork source
+    remote TEXT NOT NULL,     -- the git remote as given
+    host TEXT NOT NULL CHECK (host IN ('github', 'gitlab')),
+    number INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    merge_base TEXT,          -- the baseline's commit its combined diff is taken from
+    state TEXT NOT NULL CHECK (state IN ('open', 'closed', 'merged', 'unknown')),
+    upstream INTEGER NOT NULL DEFAULT 0,  -- 1: its change is in the baseline already
+    upstream_reason TEXT,
+    title TEXT NOT NULL,
+    body TEXT,
+    url TEXT,
+    author TEXT,
+    described_by TEXT NOT NULL CHECK (described_by IN ('api', 'commit')),
+    files TEXT NOT NULL DEFAULT '[]',  -- JSON list of the paths its combined diff touches
+    diff TEXT,                -- merge_base..head, capped like a fork commit's
+    diff_truncated INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (remote, number)
+)
+""",
+    )
+    for row in db.execute(
+        "SELECT id, url, canonical_url, arxiv_id, title, json_extract(meta, '$.fetched_url') "
+        "FROM sources WHERE kind = 'paper'"
+    ).fetchall():
+        keys = [("url", u) for u in (row[1], row[2], row[5]) if u]
+        keys += [("arxiv", row[3])] if row[3] else []
+        title = " ".join(re.findall(r"\w+", (row[4] or "").lower()))
+        keys += [("title", title)] if len(title.split()) >= 5 else []
+        db.conn.executemany(
+            "INSERT OR IGNORE INTO paper_keys (source_id, kind, value) VALUES (?, ?, ?)",
+            [(row[0], kind, value) for kind, value in keys],
+        )
 
 
 def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:

@@ -20,6 +20,20 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 
 
+PDF_SUFFIX = ".pdf"
+
+
+PDF_TYPES = ("application/pdf", "application/x-pdf", "application/acrobat")
+
+
+PDF_MAGIC = b"%PDF-"
+
+
+def is_pdf(content_type: str, head: bytes) -> bool:
+    """A PDF by its first bytes or its declared type (its bytes are checked again when read)."""
+    return head.lstrip()[:5] == PDF_MAGIC or content_type in PDF_TYPES
+
+
 _ARXIV = re.compile(
     r"^(?:https?://)?(?:www\.|export\.)?arxiv\.org/(?P<kind>abs|html|pdf)/"
     r"(?P<id>\d{4}\.\d{4,5}|[a-z][a-z.-]*/\d{7})(?P<version>v\d+)?(?:\.pdf)?/?(?:[?#].*)?$",
@@ -60,6 +74,9 @@ class ArxivRef:
     def html_url(self, base: str) -> str:
         return f"{base.rstrip('/')}/html/{self.id}{self.version}"
 
+    def pdf_url(self, base: str) -> str:
+        return f"{base.rstrip('/')}/pdf/{self.id}{self.version}"
+
 
 def parse_arxiv(location: str) -> ArxivRef | None:
     """arxiv.org/abs|html|pdf/ID[vN][.pdf] or arXiv:ID -> the paper's id (one paper whatever the link)."""
@@ -91,11 +108,10 @@ def normalise_url(url: str) -> str:
 
 
 def _refuse_type(label: str, content_type: str, head: bytes) -> None:
-    """Raise unless the content is HTML (by type, or sniffed when the type is missing or generic)."""
-    if head.startswith(b"%PDF") or content_type == "application/pdf":
-        raise UserError(
-            f"{label}: a PDF, not an HTML page (only HTML is supported; for arXiv give the abs or html link)"
-        )
+    """Raise unless the content is HTML or a PDF (by type, or sniffed when the type is missing or
+    generic)."""
+    if is_pdf(content_type, head):
+        return
     if content_type in HTML_TYPES:
         if b"\x00" in head[:8192] and not head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             raise UserError(f"{label}: binary content labelled {content_type}, not an HTML page")
@@ -104,27 +120,32 @@ def _refuse_type(label: str, content_type: str, head: bytes) -> None:
         return
     kind = content_type or "unknown type"
     if b"\x00" in head[:8192] or content_type.startswith(("image/", "audio/", "video/", "font/")):
-        raise UserError(f"{label}: not HTML ({kind}, binary content)")
-    raise UserError(f"{label}: not HTML ({kind})")
+        raise UserError(f"{label}: not HTML or PDF ({kind}, binary content)")
+    raise UserError(f"{label}: not HTML or PDF ({kind})")
 
 
 def fetch(url: str, *, timeout: float, max_bytes: int) -> Fetched:
     """GET an http(s) URL within one deadline and the size cap (kb.fetch: redirects checked hop by
-    hop, a cut body refused), non-HTML refused from its first bytes before the rest is read."""
+    hop, a cut body refused), what is neither HTML nor a PDF refused from its first bytes before
+    the rest is read."""
     from kb.fetch import get
 
     page = get(
         url,
         timeout=timeout,
         max_bytes=max_bytes,
-        headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1"},
+        headers={
+            "User-Agent": USER_AGENT,
+            "Accept": "text/html,application/xhtml+xml;q=0.9,application/pdf;q=0.8,*/*;q=0.1",
+        },
         check_head=lambda content_type, head: _refuse_type(url, content_type, head),
     )
     return Fetched(url=page.url, content_type=page.content_type, charset=page.charset, data=page.data)
 
 
 def read_file(path: Path, *, max_bytes: int) -> Fetched:
-    """A regular HTML file, up to the size cap (a folder, a FIFO or a device is refused unread)."""
+    """A regular HTML or PDF file, up to the size cap (a folder, a FIFO or a device is refused
+    unread)."""
     from kb.files import read_regular_file
 
     label = str(path)
@@ -132,7 +153,11 @@ def read_file(path: Path, *, max_bytes: int) -> Fetched:
     if not data.strip():
         raise UserError(f"{label}: empty file")
     declared = "text/html" if path.suffix.lower() in HTML_SUFFIXES else ""
+    if path.suffix.lower() == PDF_SUFFIX:
+        declared = "application/pdf"
     _refuse_type(label, declared, data[:8192])
+    if is_pdf(declared, data[:8192]):
+        declared = "application/pdf"
     return Fetched(url=path.resolve().as_uri(), content_type=declared or "text/html", charset=None, data=data)
 
 

@@ -1,8 +1,13 @@
-"""Storing papers as citable evidence: each input all or nothing, a paper already there found by its
-URL, canonical URL, arXiv id or text; and listing what is stored."""
+"""Storing papers as citable evidence: each input all or nothing, a paper already there found by any
+of its keys (kb.migrations m014 `paper_keys`: every address it was met at or names, its DOI, arXiv
+id and title) or its text; and listing what is stored. A PDF and the web page of the same paper
+are one paper: the page names its PDF (`citation_pdf_url`), they share a DOI or arXiv id, or their
+titles are the same words (five or more)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,14 +20,18 @@ from kb.db import insert, log_event, now, one, rows, transaction
 from kb.errors import UserError
 from kb.papers.fetching import (
     HTML_SUFFIXES,
+    PDF_SUFFIX,
+    ArxivRef,
+    Fetched,
     decode_html,
     fetch,
+    is_pdf,
     is_url,
     normalise_url,
     parse_arxiv,
     read_file,
 )
-from kb.papers.parsing import extract
+from kb.papers.parsing import Extracted, extract
 
 
 @dataclass(frozen=True)
@@ -68,14 +77,56 @@ def _already_there(location: str, label: str, found: dict[str, Any], notes: list
     )
 
 
-def _existing(
-    db: sqlite_utils.Database,
-    *,
-    urls: Sequence[str] = (),
-    arxiv_id: str | None = None,
-    content_hash: str | None = None,
+TITLE_KEY_WORDS = 5
+"""A title of at least this many words identifies a paper (its PDF and its web page are one)."""
+
+
+def title_key(title: str | None) -> str | None:
+    """A title as a key: its words in lower case; None for a title too short to tell papers apart."""
+    words = re.findall(r"\w+", (title or "").lower())
+    return " ".join(words) if len(words) >= TITLE_KEY_WORDS else None
+
+
+@dataclass(frozen=True)
+class PaperKeys:
+    """What a paper is known by: any one of them found in the knowledge base is the same paper."""
+
+    urls: tuple[str, ...] = ()
+    doi: str | None = None
+    arxiv_id: str | None = None
+    title: str | None = None
+
+    def rows(self) -> list[tuple[str, str]]:
+        found = [("url", u) for u in dict.fromkeys(self.urls) if u]
+        found += [("doi", self.doi.lower())] if self.doi else []
+        found += [("arxiv", self.arxiv_id)] if self.arxiv_id else []
+        key = title_key(self.title)
+        found += [("title", key)] if key else []
+        return found
+
+    def merged(self, other: PaperKeys) -> PaperKeys:
+        return PaperKeys(
+            (*self.urls, *other.urls),
+            self.doi or other.doi,
+            self.arxiv_id or other.arxiv_id,
+            self.title or other.title,
+        )
+
+
+def known_paper(
+    db: sqlite_utils.Database, keys: PaperKeys, content_hash: str | None = None
 ) -> dict[str, Any] | None:
-    for value in dict.fromkeys(u for u in urls if u):
+    """The paper (id, title) any of `keys` (or the extracted text's hash) already names, or None."""
+    for kind, value in keys.rows():
+        found = one(
+            db,
+            "SELECT s.id, s.title FROM paper_keys k JOIN sources s ON s.id = k.source_id "
+            "WHERE k.kind = ? AND k.value = ? ORDER BY s.id LIMIT 1",
+            [kind, value],
+        )
+        if found:
+            return found
+    for value in dict.fromkeys(u for u in keys.urls if u):
         found = one(
             db,
             "SELECT id, title FROM sources WHERE kind = 'paper' AND (canonical_url = ? OR url = ?)",
@@ -83,8 +134,10 @@ def _existing(
         )
         if found:
             return found
-    if arxiv_id:
-        found = one(db, "SELECT id, title FROM sources WHERE kind = 'paper' AND arxiv_id = ?", [arxiv_id])
+    if keys.arxiv_id:
+        found = one(
+            db, "SELECT id, title FROM sources WHERE kind = 'paper' AND arxiv_id = ?", [keys.arxiv_id]
+        )
         if found:
             return found
     if content_hash:
@@ -94,8 +147,53 @@ def _existing(
     return None
 
 
-def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) -> PaperResult:
-    """Ingest one URL or HTML file. Bad input raises UserError and leaves the database unchanged."""
+def _normalised(url: str) -> str:
+    try:
+        return normalise_url(url) if is_url(url) else url
+    except UserError:
+        return url
+
+
+def _fetch_arxiv(arxiv: ArxivRef, label: str, settings: KBSettings, notes: list[str]) -> Fetched:
+    """arXiv's HTML version, else (HTTP 404: none was made) its PDF."""
+    html_url = arxiv.html_url(settings.arxiv_base)
+    try:
+        return fetch(html_url, timeout=settings.fetch_timeout, max_bytes=settings.max_page_bytes)
+    except UserError as exc:
+        if "HTTP 404" not in str(exc):
+            raise
+    notes.append(f"arXiv {arxiv.id} has no HTML version (HTTP 404 at {html_url}): read its PDF")
+    pdf_url = arxiv.pdf_url(settings.arxiv_base)
+    try:
+        return fetch(pdf_url, timeout=settings.fetch_timeout, max_bytes=settings.max_page_bytes)
+    except UserError as exc:
+        raise UserError(f"{label}: arXiv {arxiv.id} has no HTML version, and its PDF failed: {exc}") from None
+
+
+def _read(fetched: Fetched, label: str, settings: KBSettings, notes: list[str]) -> Extracted:
+    """The paper's text and metadata, from HTML (trafilatura) or a PDF (kb/papers/pdf.py)."""
+    if is_pdf(fetched.content_type, fetched.data[:8192]):
+        from kb.papers.pdf import extract_pdf
+
+        return extract_pdf(
+            fetched.data,
+            label,
+            passage_chars=settings.passage_chars,
+            seconds=settings.pdf_seconds,
+            memory_mb=settings.pdf_memory_mb,
+        )
+    html, decode_notes = decode_html(fetched.data, fetched.charset, label)
+    notes.extend(decode_notes)
+    page_url = fetched.url if fetched.url.startswith(("http://", "https://")) else None
+    return extract(html, page_url, label, passage_chars=settings.passage_chars)
+
+
+def add_paper(
+    db: sqlite_utils.Database, location: str, settings: KBSettings, *, known: PaperKeys | None = None
+) -> PaperResult:
+    """Ingest one URL or file (HTML or PDF). Bad input raises UserError and leaves the database
+    unchanged. `known`: what a discovery source already said about the paper (DOI, arXiv id,
+    title, other addresses), checked before anything is fetched and kept as its keys."""
     arxiv = parse_arxiv(location) if is_url(location) or location.lower().startswith("arxiv") else None
     if is_url(location) or arxiv:
         given = arxiv.canonical_url if arxiv else normalise_url(location)
@@ -104,39 +202,37 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
         path = Path(location).expanduser()
         given = str(path.resolve())
         label = str(path)
-    found = _existing(db, urls=[given, location], arxiv_id=arxiv.id if arxiv else None)
+    keys = PaperKeys((given, location), arxiv_id=arxiv.id if arxiv else None)
+    if known is not None:
+        keys = keys.merged(known)
+        arxiv = arxiv or (parse_arxiv(f"arXiv:{known.arxiv_id}") if known.arxiv_id else None)
+    found = known_paper(db, keys)
     if found:
         return _already_there(location, label, found, [])
+    notes: list[str] = []
     if arxiv:
-        fetch_url = arxiv.html_url(settings.arxiv_base)
-        try:
-            fetched = fetch(fetch_url, timeout=settings.fetch_timeout, max_bytes=settings.max_page_bytes)
-        except UserError as exc:
-            if "HTTP 404" in str(exc):
-                raise UserError(
-                    f"{label}: arXiv {arxiv.id} has no HTML version (HTTP 404 at {fetch_url}); "
-                    "PDFs are not supported"
-                ) from None
-            raise
+        fetched = _fetch_arxiv(arxiv, label, settings, notes)
     elif is_url(location):
         fetched = fetch(location, timeout=settings.fetch_timeout, max_bytes=settings.max_page_bytes)
     else:
         fetched = read_file(Path(location).expanduser(), max_bytes=settings.max_page_bytes)
-    html, notes = decode_html(fetched.data, fetched.charset, label)
+    extracted = _read(fetched, label, settings, notes)
     page_url = fetched.url if fetched.url.startswith(("http://", "https://")) else None
-    extracted = extract(html, page_url, label, passage_chars=settings.passage_chars)
     if arxiv:
         extracted.canonical_url = arxiv.canonical_url
     canonical = extracted.canonical_url or (normalise_url(fetched.url) if page_url else fetched.url)
+    keys = keys.merged(
+        PaperKeys(
+            (canonical, _normalised(fetched.url), *(_normalised(u) for u in extracted.alternates)),
+            extracted.doi,
+            None,
+            extracted.title,
+        )
+    )
     created = now()
     with transaction(db):
         # Checked again under the write lock: another process may have added it meanwhile.
-        found = _existing(
-            db,
-            urls=[canonical, given],
-            arxiv_id=arxiv.id if arxiv else None,
-            content_hash=extracted.content_hash,
-        )
+        found = known_paper(db, keys, extracted.content_hash)
         if found:
             return _already_there(location, label, found, notes)
         source_id = insert(
@@ -144,7 +240,7 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
             "sources",
             {
                 "kind": "paper",
-                "url": given if not arxiv else location,
+                "url": location if arxiv else given,
                 "canonical_url": canonical,
                 "arxiv_id": arxiv.id if arxiv else None,
                 "title": extracted.title,
@@ -158,29 +254,41 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
                     "content_type": fetched.content_type,
                     "bytes": len(fetched.data),
                     "notes": notes,
+                    **({"doi": extracted.doi} if extracted.doi else {}),
+                    **({"pages": extracted.pages} if extracted.pages else {}),
                 },
                 "created_at": created,
                 "updated_at": created,
             },
         )
         db.conn.executemany(
-            "INSERT INTO evidence (source_id, kind, ref, title, section, position, body, created_at) "
-            "VALUES (?, 'passage', ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO evidence (source_id, kind, ref, title, section, position, body, meta, created_at) "
+            "VALUES (?, 'passage', ?, ?, ?, ?, ?, ?, ?)",
             [
-                (source_id, str(p.position), extracted.title, p.section, p.position, p.text, created)
+                (
+                    source_id,
+                    str(p.position),
+                    extracted.title,
+                    p.section,
+                    p.position,
+                    p.text,
+                    json.dumps({"pages": list(p.pages)}) if p.pages else None,
+                    created,
+                )
                 for p in extracted.passages
             ],
         )
-        log_event(
-            db,
-            "kb.paper",
-            f"added paper {source_id}: {extracted.title} ({len(extracted.passages)} passages)",
-            data={"source_id": source_id, "input": location},
+        db.conn.executemany(
+            "INSERT OR IGNORE INTO paper_keys (source_id, kind, value) VALUES (?, ?, ?)",
+            [(source_id, kind, value) for kind, value in keys.rows()],
         )
+        kind = f"PDF, {extracted.pages} pages, " if extracted.pages else ""
+        message = f"added paper {source_id}: {extracted.title} ({kind}{len(extracted.passages)} passages)"
+        log_event(db, "kb.paper", message, data={"source_id": source_id, "input": location})
     return PaperResult(
         location,
         "added",
-        f"added paper {source_id}: {extracted.title} ({len(extracted.passages)} passages)",
+        message,
         source_id=source_id,
         title=extracted.title,
         passages=len(extracted.passages),
@@ -189,7 +297,7 @@ def add_paper(db: sqlite_utils.Database, location: str, settings: KBSettings) ->
 
 
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
-    """URLs as given; folders become the .html files under them (sorted); files as given."""
+    """URLs as given; folders become the .html and .pdf files under them (sorted); files as given."""
     out: list[str] = []
     for item in inputs:
         if is_url(item) or parse_arxiv(item):
@@ -197,9 +305,10 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
             continue
         path = Path(item).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in HTML_SUFFIXES)
+            suffixes = (*HTML_SUFFIXES, PDF_SUFFIX)
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
             if not found:
-                raise UserError(f"{item}: no .html files in this folder")
+                raise UserError(f"{item}: no .html or .pdf files in this folder")
             out.extend(str(p) for p in found)
         elif path.exists():
             out.append(str(path))

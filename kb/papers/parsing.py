@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -18,6 +18,10 @@ from kb.papers.fetching import normalise_url
 _HTML_LANG = re.compile(r"<html[^>]*\blang\s*=\s*[\"']?([A-Za-z]{2,3})", re.IGNORECASE)
 
 
+MAX_HEAD_CHARS = 200_000
+"""How much of a page is read for its <meta> tags (they sit in its head)."""
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?。…])\s+")
 
 
@@ -26,6 +30,8 @@ class Passage:
     section: str | None
     position: int
     text: str
+    pages: tuple[int, int] | None = None
+    """The first and last page it stands on (PDFs); None for a web page."""
 
 
 @dataclass
@@ -38,6 +44,12 @@ class Extracted:
     language: str | None
     passages: list[Passage]
     content_hash: str
+    doi: str | None = None
+    """The paper's DOI, when the page or the PDF names one (`citation_doi`, a DOI on page 1)."""
+    alternates: list[str] = field(default_factory=list)
+    """Other addresses of the same paper the page names (`citation_pdf_url`, `citation_abstract_html_url`)."""
+    pages: int | None = None
+    """A PDF's page count."""
 
 
 def _text(element: Any) -> str:
@@ -129,11 +141,19 @@ def _split_long(text: str, limit: int, code: bool) -> list[str]:
     return out
 
 
-def split_passages(blocks: Sequence[tuple[str, int, str]], title: str, target: int) -> list[Passage]:
-    """Group blocks into passages of about `target` characters that never cross a heading."""
+def split_passages(
+    blocks: Sequence[tuple[str, int, str]],
+    title: str,
+    target: int,
+    *,
+    pages: Sequence[tuple[int, int]] | None = None,
+) -> list[Passage]:
+    """Group blocks into passages of about `target` characters that never cross a heading.
+    `pages` (one per block, a PDF's): each passage carries the pages of the blocks it holds."""
     passages: list[Passage] = []
     headings: list[tuple[int, str]] = []
     buffer: list[str] = []
+    span: list[int] = []
     size = 0
     limit = target * 3 // 2
 
@@ -143,11 +163,13 @@ def split_passages(blocks: Sequence[tuple[str, int, str]], title: str, target: i
     def flush() -> None:
         nonlocal size
         if buffer:
-            passages.append(Passage(section(), len(passages) + 1, "\n\n".join(buffer)))
+            where = (min(span), max(span)) if span else None
+            passages.append(Passage(section(), len(passages) + 1, "\n\n".join(buffer), where))
             buffer.clear()
+            span.clear()
             size = 0
 
-    for kind, level, text in blocks:
+    for index, (kind, level, text) in enumerate(blocks):
         if kind == "head":
             flush()
             if text.casefold() == title.casefold():
@@ -161,6 +183,8 @@ def split_passages(blocks: Sequence[tuple[str, int, str]], title: str, target: i
                 flush()
             buffer.append(piece)
             size += len(piece) + 2
+            if pages is not None:
+                span.extend(pages[index])
     flush()
     return passages
 
@@ -219,6 +243,9 @@ def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200
     passages = split_passages(blocks, title, passage_chars)
     full_text = "\n\n".join(p.text for p in passages)
     canonical = _page_canonical(url, getattr(document, "url", None))
+    from kb.papers.links import page_facts
+
+    facts = page_facts(html[:MAX_HEAD_CHARS], url)
     return Extracted(
         title=title,
         authors=(getattr(document, "author", None) or None),
@@ -228,4 +255,6 @@ def extract(html: str, url: str | None, label: str, *, passage_chars: int = 1200
         language=_language(html, document),
         passages=passages,
         content_hash=hashlib.sha256(" ".join(full_text.split()).encode()).hexdigest(),
+        doi=facts.doi(),
+        alternates=facts.alternates(),
     )

@@ -115,7 +115,7 @@ def test_bad_paper_is_one_line_and_changes_nothing(ws: Workspace, server: Loopba
     result = real_cli(ws, "add-paper", url)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"Error: {url}: a PDF, not an HTML page (only HTML is supported; for arXiv give the abs or html link)"
+        f"Error: {url}: truncated PDF (no %%EOF at its end: the file or the download was cut short)"
     ]
     assert db_dump(ws.db_path) == before
 
@@ -127,7 +127,7 @@ def test_mixed_inputs_report_each_and_fail(ws: Workspace, server: LoopbackServer
     assert result.exit_code == 1
     statuses = [(r["input"], r["status"]) for r in json.loads(result.stdout)]
     assert statuses == [(good, "added"), (bad, "error")]
-    assert result.stderr.strip() == f"Error: {bad}: not HTML (image/png, binary content)"
+    assert result.stderr.strip() == f"Error: {bad}: not HTML or PDF (image/png, binary content)"
 
 
 def test_search_errors(ws: Workspace) -> None:

@@ -177,10 +177,12 @@ def test_arxiv_id_parsing() -> None:
     assert parse_arxiv("https://example.org/abs/2401.01234") is None
 
 
-def test_arxiv_paper_without_html_version(workspace: Workspace, http_server: LoopbackServer) -> None:
+def test_arxiv_paper_without_html_or_pdf(workspace: Workspace, http_server: LoopbackServer) -> None:
     db = workspace.db()
     before = db_dump(workspace.db_path)
-    with pytest.raises(UserError, match=r"arXiv 2402\.00001 has no HTML version .*PDFs are not supported"):
+    with pytest.raises(
+        UserError, match=r"arXiv 2402\.00001 has no HTML version, and its PDF failed: .*HTTP 404"
+    ):
         add_paper(db, "https://arxiv.org/pdf/2402.00001", settings(arxiv_base=http_server.base))
     assert db_dump(workspace.db_path) == before
 
@@ -207,7 +209,7 @@ def test_local_files_and_folders(workspace: Workspace, tmp_path: Path) -> None:
     assert results[0].title == "Deep paper"
     (tmp_path / "text-only").mkdir()
     (tmp_path / "text-only" / "notes.txt").write_text("no pages here")
-    with pytest.raises(UserError, match="no .html files in this folder"):
+    with pytest.raises(UserError, match="no .html or .pdf files in this folder"):
         expand_inputs([str(tmp_path / "text-only")])
     with pytest.raises(UserError, match="no such file or folder"):
         expand_inputs([str(tmp_path / "missing")])
@@ -284,26 +286,31 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(200)
             "/image.png",
             {"body": PNG, "content_type": "image/png"},
             {},
-            r"not HTML \(image/png, binary content\)",
+            r"not HTML or PDF \(image/png, binary content\)",
         ),
         (
             "/paper.pdf",
             {"body": b"%PDF-1.7\n" + bytes(100), "content_type": "application/pdf"},
             {},
-            "a PDF, not an HTML page",
+            r"truncated PDF \(no %%EOF at its end",
         ),
         (
             "/data.bin",
             {"body": bytes(range(256)) * 4, "content_type": "application/octet-stream"},
             {},
-            r"not HTML \(application/octet-stream, binary content\)",
+            r"not HTML or PDF \(application/octet-stream, binary content\)",
         ),
-        ("/no-type", {"body": bytes(range(256)), "content_type": None}, {}, r"not HTML \(unknown type"),
+        (
+            "/no-type",
+            {"body": bytes(range(256)), "content_type": None},
+            {},
+            r"not HTML or PDF \(unknown type",
+        ),
         (
             "/json",
             {"body": b'{"a": 1}', "content_type": "application/json"},
             {},
-            r"not HTML \(application/json\)",
+            r"not HTML or PDF \(application/json\)",
         ),
         (
             "/big",
@@ -373,10 +380,10 @@ def test_unreachable_host(workspace: Workspace) -> None:
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
-        ("paper.pdf", b"%PDF-1.5\n%binary" + bytes(50), "a PDF, not an HTML page"),
+        ("paper.pdf", b"%PDF-1.5\n%binary" + bytes(50), r"truncated PDF \(no %%EOF at its end"),
         ("photo.html", PNG, "binary content"),
         ("empty.html", b"   \n", "empty file"),
-        ("notes.txt", b"just some text", r"not HTML \(unknown type\)"),
+        ("notes.txt", b"just some text", r"not HTML or PDF \(unknown type\)"),
     ],
 )
 def test_bad_local_files(
