@@ -45,6 +45,49 @@ CheckHead = Callable[[str, bytes], None]
 """(content type, first bytes of the body) -> None; raises UserError to refuse the body unread."""
 
 
+ERROR_BODY_BYTES = 2048
+"""What is read of an error answer's body (an API's reason, for the caller to quote)."""
+
+
+class HTTPStatusError(UserError):
+    """An answer that is not 2xx: its status, how long the server asks to wait (Retry-After, in
+    seconds; None when it says nothing readable) and the start of its body."""
+
+    def __init__(self, message: str, status: int, retry_after: float | None, body: bytes) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.body = body
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date (RFC 9110); None if neither."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    import datetime
+
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+def _error_body(response: http.client.HTTPResponse) -> bytes:
+    """The start of an error answer's body, or nothing if it does not come (the status decides)."""
+    try:
+        return response.read(ERROR_BODY_BYTES)
+    except (OSError, http.client.HTTPException):
+        return b""
+
+
 class Deadline:
     """A point in time that every blocking step is measured against."""
 
@@ -263,7 +306,12 @@ def _one_hop(
                     raise UserError(f"{where}: HTTP {response.status} redirect without a Location")
                 return location
             if not 200 <= response.status < 300:
-                raise UserError(f"{where}: HTTP {response.status} {response.reason}")
+                raise HTTPStatusError(
+                    f"{where}: HTTP {response.status} {response.reason}",
+                    response.status,
+                    _retry_after(response.getheader("Retry-After")),
+                    _error_body(response),
+                )
             phase = "reading the body"
             return _body(url, where, response, max_bytes, check_head)
     except UserError:

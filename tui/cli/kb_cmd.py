@@ -9,6 +9,7 @@ from tui.cli.lazy import CommandMap, LazyGroup
 # name -> (module, attribute, help); imported on use so `autoresearch kb --help` stays fast.
 SUBCOMMANDS: CommandMap = {
     "add-paper": ("tui.cli.kb_papers_cmd", "add_paper", "Ingest papers and articles (URL, file, folder)."),
+    "discover": ("tui.cli.kb_discover_cmd", "discover", "Find papers in arXiv, OpenAlex, Semantic Scholar."),
     "papers": ("tui.cli.kb_papers_cmd", "papers", "List ingested papers."),
     "search": ("tui.cli.kb_papers_cmd", "search", "Full-text search over all evidence."),
     "show": ("tui.cli.kb_papers_cmd", "show", "Show one evidence item by id."),
