@@ -189,11 +189,17 @@ def _read(fetched: Fetched, label: str, settings: KBSettings, notes: list[str]) 
 
 
 def add_paper(
-    db: sqlite_utils.Database, location: str, settings: KBSettings, *, known: PaperKeys | None = None
+    db: sqlite_utils.Database,
+    location: str,
+    settings: KBSettings,
+    *,
+    known: PaperKeys | None = None,
+    fetched: Fetched | None = None,
 ) -> PaperResult:
     """Ingest one URL or file (HTML or PDF). Bad input raises UserError and leaves the database
     unchanged. `known`: what a discovery source already said about the paper (DOI, arXiv id,
-    title, other addresses), checked before anything is fetched and kept as its keys."""
+    title, other addresses), checked before anything is fetched and kept as its keys. `fetched`:
+    the page, already read by the caller (kb/papers/follow.py reads its links too)."""
     arxiv = parse_arxiv(location) if is_url(location) or location.lower().startswith("arxiv") else None
     if is_url(location) or arxiv:
         given = arxiv.canonical_url if arxiv else normalise_url(location)
@@ -210,7 +216,9 @@ def add_paper(
     if found:
         return _already_there(location, label, found, [])
     notes: list[str] = []
-    if arxiv:
+    if fetched is not None:
+        pass
+    elif arxiv:
         fetched = _fetch_arxiv(arxiv, label, settings, notes)
     elif is_url(location):
         fetched = fetch(location, timeout=settings.fetch_timeout, max_bytes=settings.max_page_bytes)

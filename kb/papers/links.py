@@ -21,7 +21,11 @@ class PageFacts:
     meta: dict[str, str] = field(default_factory=dict)
     """Lower-case <meta name|property> -> its first content."""
     links: list[str] = field(default_factory=list)
-    """<a href> targets made absolute, fragments dropped, each once, in document order."""
+    """<a href> targets made absolute, fragments dropped, each once, in document order: those of
+    the page's article (<article> or <main>, when it has one), else of its body less its <nav>,
+    <header>, <footer> and <aside> (a reading list's references, not its menus)."""
+    all_links: list[str] = field(default_factory=list)
+    """Every <a href> target, chrome included (made absolute, each once)."""
     pdf_links: list[str] = field(default_factory=list)
     """<link rel=alternate type=application/pdf> targets."""
 
@@ -41,12 +45,23 @@ class PageFacts:
         return [u for u in dict.fromkeys([*found, *self.pdf_links]) if u.startswith(("http://", "https://"))]
 
 
+CHROME = frozenset({"nav", "header", "footer", "aside"})
+ARTICLE = frozenset({"article", "main"})
+
+
 class _Reader(HTMLParser):
     def __init__(self, base: str | None) -> None:
         super().__init__(convert_charrefs=True)
         self.base = base
         self.facts = PageFacts()
         self._seen: set[str] = set()
+        self._depth = {name: 0 for name in (*CHROME, *ARTICLE)}
+        self._in_article: list[str] = []
+        self._outside: list[str] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._depth and self._depth[tag] > 0:
+            self._depth[tag] -= 1
 
     def _absolute(self, href: str) -> str | None:
         href = href.strip()
@@ -61,6 +76,8 @@ class _Reader(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = {k.lower(): (v or "") for k, v in attrs}
+        if tag in self._depth:
+            self._depth[tag] += 1
         if tag == "meta":
             name = (values.get("name") or values.get("property") or "").strip().lower()
             if name and name not in self.facts.meta and values.get("content"):
@@ -73,11 +90,26 @@ class _Reader(HTMLParser):
                 url = self._absolute(values.get("href", ""))
                 if url:
                     self.facts.pdf_links.append(url)
-        elif tag == "a" and len(self.facts.links) < MAX_LINKS:
-            url = self._absolute(values.get("href", ""))
+        elif tag == "a" and len(self.facts.all_links) < MAX_LINKS:
+            url = self._raw_link(values.get("href", ""))
             if url and url not in self._seen and url != self.base:
                 self._seen.add(url)
-                self.facts.links.append(url)
+                self.facts.all_links.append(url)
+                if any(self._depth[name] for name in ARTICLE):
+                    self._in_article.append(url)
+                elif not any(self._depth[name] for name in CHROME):
+                    self._outside.append(url)
+
+    def _raw_link(self, href: str) -> str | None:
+        """A link made absolute, whatever its scheme (the caller says why it skips mailto: and the like)."""
+        href = href.strip()
+        if not href or href.startswith("#"):
+            return None
+        return self._absolute(href)
+
+    def finish(self) -> PageFacts:
+        self.facts.links = self._in_article or self._outside
+        return self.facts
 
 
 def page_facts(html: str, base: str | None) -> PageFacts:
@@ -87,4 +119,4 @@ def page_facts(html: str, base: str | None) -> PageFacts:
         reader.close()
     except (AssertionError, ValueError):  # html.parser's rare hard failures: keep what was read
         pass
-    return reader.facts
+    return reader.finish()

@@ -20,19 +20,32 @@ def _err(message: str) -> None:
 
 @click.command("add-paper")
 @click.argument("inputs", nargs=-1, required=True, type=TEXT, metavar="URL|FILE|DIR...")
+@click.option(
+    "--follow",
+    type=click.IntRange(0, 200),
+    metavar="N",
+    help="Also ingest up to N papers each page links to (its article's links; same rules per link).",
+)
 @json_option
 @click.pass_context
-def add_paper(ctx: click.Context, inputs: tuple[str, ...], as_json: bool) -> None:
-    """Ingest papers and articles: http(s) URLs, .html files, and folders of them.
+def add_paper(ctx: click.Context, inputs: tuple[str, ...], follow: int | None, as_json: bool) -> None:
+    """Ingest papers and articles: http(s) URLs, .html and .pdf files, and folders of them.
 
-    arXiv abs, html and pdf links (and arXiv:ID) map to one paper, read from its HTML version.
-    Each input is all or nothing; re-adding one changes nothing. Bad inputs are reported one line
-    each and make the exit status 1; the others are still added."""
+    arXiv abs, html and pdf links (and arXiv:ID) map to one paper, read from its HTML version, else
+    its PDF. A PDF and the web page of the same paper are one paper. Each input is all or nothing;
+    re-adding one changes nothing. Bad inputs are reported one line each and make the exit status
+    1; the others are still added.
+
+    With --follow N, each page's links are followed too (a reading list: a survey's references, a
+    blog post's sources): up to N papers per page, and a summary of what was added, skipped and why."""
     from kb.papers import PaperResult, add_papers, expand_inputs
 
     ws = workspace(ctx)
     items = expand_inputs(inputs)
     db = ws.db()
+    if follow is not None:
+        _follow(ctx, ws, db, items, follow, as_json)
+        return
     show_bar = len(items) > 3 and not as_json
     results: list[PaperResult]
     if show_bar:
@@ -62,6 +75,37 @@ def add_paper(ctx: click.Context, inputs: tuple[str, ...], as_json: bool) -> Non
             click.echo(
                 f"{added} added, {known} already in the knowledge base, {len(failed)} failed", err=True
             )
+    if failed:
+        ctx.exit(1)
+
+
+def _follow(ctx: click.Context, ws: Any, db: Any, items: list[str], n: int, as_json: bool) -> None:
+    from kb.errors import UserError
+    from kb.papers.follow import FollowReport, follow
+
+    reports: list[FollowReport] = []
+    failed: list[str] = []
+    for item in items:
+        try:
+            report = follow(db, item, ws.settings.kb, n)
+        except UserError as exc:
+            failed.append(str(exc))
+            _err(str(exc))
+            continue
+        reports.append(report)
+        if as_json:
+            continue
+        click.echo(report.page.message)
+        for result in report.followed:
+            if result.status == "error":
+                click.echo(f"  failed: {result.message}")
+            else:
+                click.echo(f"  {result.message}")
+        for skip in report.skipped:
+            click.echo(f"  skipped: {skip.link}: {skip.why}")
+        click.echo(report.summary(), err=True)
+    if as_json:
+        echo_json([r.to_json() for r in reports])
     if failed:
         ctx.exit(1)
 
