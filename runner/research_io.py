@@ -32,6 +32,8 @@ class ResearchRequest:
     model): only repairs and ports of this run's own candidates."""
     focus: tuple[str, ...] = ()
     avoid: tuple[str, ...] = ()
+    discover: bool | None = None
+    """Read new literature (`run --discover/--no-discover`); None: kb.discovery.enabled decides."""
     progress: Callable[[str], None] | None = None
     on_phase: Callable[[str], None] | None = None
     """Told `researching` or `patching` as the phase moves on (the loop records it on the run)."""
@@ -50,6 +52,10 @@ class ResearchReport:
     failures: list[str] = field(default_factory=list)
     cost_usd: float = 0.0
     call_ids: list[int] = field(default_factory=list)
+    discovery: str = ""
+    """Whether this phase read new literature, and why not when it did not."""
+    discovered: list[dict[str, Any]] = field(default_factory=list)
+    """Papers discovery ingested: {query, source, status, paper, title, message} each."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +70,7 @@ class ResearchReport:
                 (self.repaired, "repaired"),
                 (self.ported, "ported"),
                 (self.repeats, "repeats skipped"),
+                (sum(d.get("status") == "added" for d in self.discovered), "papers read"),
             )
             if n
         ]

@@ -15,6 +15,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class DiscoveredPaper:
+    """A paper a research phase's discovery met for one of the model's queries."""
+
+    query: str
+    source: str
+    status: str
+    """added, exists or error (as `kb add-paper` says)."""
+    title: str
+    paper: int | None
+    """The knowledge base's paper id (None when it failed)."""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class ResearchPhase:
     """One research phase: what it found and what its model calls cost."""
 
@@ -31,6 +45,9 @@ class ResearchPhase:
     failures: tuple[str, ...] = ()
     cost_usd: float = 0.0
     calls: int = 0
+    discovery: str = ""
+    """Whether the phase read new literature (and why not)."""
+    discovered: tuple[DiscoveredPaper, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -98,8 +115,39 @@ def research_log(db: sqlite_utils.Database, run_id: int, *, limit: int = 50) -> 
             failures=tuple(str(f) for f in failures) if isinstance(failures, list) else (),
             cost_usd=float(cost) if isinstance(cost, int | float) else 0.0,
             calls=len(calls) if isinstance(calls, list) else 0,
+            discovery=str(data.get("discovery") or ""),
+            discovered=_discovered(data.get("discovered")),
         )
     return sorted(phases.values(), key=lambda p: p.number, reverse=True)[:limit]
+
+
+def _discovered(value: Any) -> tuple[DiscoveredPaper, ...]:
+    found = []
+    for item in value if isinstance(value, list) else []:
+        if not isinstance(item, dict):
+            continue
+        paper = item.get("paper")
+        found.append(
+            DiscoveredPaper(
+                query=str(item.get("query") or ""),
+                source=str(item.get("source") or ""),
+                status=str(item.get("status") or ""),
+                title=str(item.get("title") or ""),
+                paper=paper if isinstance(paper, int) and not isinstance(paper, bool) else None,
+                message=str(item.get("message") or ""),
+            )
+        )
+    return tuple(found)
+
+
+def papers_read(db: sqlite_utils.Database, run_id: int) -> int:
+    """Papers the run's finished research phases added through discovery (the per-run cap)."""
+    return sum(
+        1
+        for phase in research_log(db, run_id, limit=1_000_000)
+        for paper in phase.discovered
+        if paper.status == "added"
+    )
 
 
 def run_steering(db: sqlite_utils.Database, run_id: int) -> RunSteering:

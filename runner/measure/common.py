@@ -63,6 +63,8 @@ class RunOptions:
     """`--model`: overrides llm.model for this run's research, repairs and ports."""
     api_base: str | None = None
     """`--api-base`: overrides llm.api_base likewise."""
+    discover: bool | None = None
+    """`--discover/--no-discover`: the research phases read new literature; None: kb.discovery.enabled."""
 
     @classmethod
     def from_json(cls, raw: str | None) -> RunOptions:

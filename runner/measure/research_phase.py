@@ -63,6 +63,7 @@ class Cadence:
             require_approval=self.steering.require_approval(),
             focus=tuple(steering.get("focus") or ()),
             avoid=tuple(steering.get("avoid") or ()),
+            discover=self.ctx.state.options.discover,
             explore=self.ctx.state.autopilot,
             progress=self.ctx.progress,
             on_phase=self.ctx.set_phase,

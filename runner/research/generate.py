@@ -2,7 +2,9 @@
 
 `generate()` runs two structured model calls:
 1. `queries`: from the target, its measurements and the latest reflections, the model proposes
-   full-text search queries; the KB answers them (kb.search) and the inventory gaps are always added.
+   full-text search queries; with discovery on (the research phase's `reader`), new papers found
+   for them are ingested first; the KB answers them (kb.search) and the inventory gaps are always
+   added.
 2. `research`: the evidence, quoted as data blocks (runner.prompting), the baseline metrics, the noise
    floor and the bottleneck analysis go to the model, which answers with hypotheses (title,
    rationale, expected effect, risk, confidence, cost, evidence ids).
@@ -23,6 +25,7 @@ import difflib
 import hashlib
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -337,12 +340,15 @@ def generate(
     learnt: str = "",
     step: str | None = None,
     wave_id: int | None = None,
+    reader: Callable[[list[str]], None] | None = None,
 ) -> GenerateReport:
     """Propose up to `n` hypotheses from the KB; returns what was added, merged and rejected.
 
     `learnt` is what a run has learnt so far (the autopilot's results table, the directions to
     avoid and why); `step` keys the two model calls so a resumed phase reuses stored answers;
-    `wave_id` is recorded on the hypotheses as the wave whose post-mortem they answer."""
+    `wave_id` is recorded on the hypotheses as the wave whose post-mortem they answer; `reader`
+    is given the model's queries before the knowledge base is searched (the research phase's
+    discovery ingests new papers there: runner/research/reading.py)."""
     if n < 1 or n > 20:
         raise UserError(f"--n {n}: must be between 1 and 20")
     settings = ws.settings
@@ -377,6 +383,8 @@ def generate(
     report.queries = [q.strip() for q in plan.value.queries if q.strip()]
     if focus:
         report.queries.append(focus)
+    if reader is not None:
+        reader(report.queries)
 
     candidates: list[int] = []
     for query in report.queries:

@@ -5,8 +5,9 @@ In order, each step on its own (a failure is reported and the next step runs):
 2. with a model: repairs of this run's patches that did not apply, build or pass the checks (up to
    `autopilot.repairs` attempts a hypothesis, each linked to the one it repairs), ports of patches a
    winner made conflict, then new hypotheses from what the run has learnt (the results table, the
-   directions that failed, the steering notes, the post-mortems, the knowledge base), then patches
-   for those (and any hypothesis still waiting for one);
+   directions that failed, the steering notes, the post-mortems, the knowledge base, and new
+   literature the model's queries find when discovery is on: runner/research/reading.py), then
+   patches for those (and any hypothesis still waiting for one);
 3. novelty: a runnable patch that makes the same change as one measured before in this workspace
    (kb/patchnorm.py) is marked a repeat and not run.
 
@@ -280,6 +281,7 @@ def learnt(db: sqlite_utils.Database, req: ResearchRequest) -> str:
 def _generate(ph: _Phase) -> None:
     from runner.hypotheses import set_status
     from runner.research.generate import generate
+    from runner.research.reading import Reader
 
     req = ph.req
     if ph.ready() >= req.want:
@@ -293,6 +295,7 @@ def _generate(ph: _Phase) -> None:
         learnt=learnt(ph.db, req),
         step=f"run{req.run_id}:research{req.phase}",
         wave_id=req.last_wave_id,
+        reader=Reader(ph.ws, ph.db, req, ph.report, ph.say) if req.explore else None,
     )
     ph.report.generated += len(made.added)
     ph.report.repeats += len(made.repeats)

@@ -52,6 +52,13 @@ _POSITIVE = Number(min=0, min_open=True)
 @click.option(
     "--api-base", "api_base", type=TEXT, help="OpenAI-compatible server URL (overrides llm.api_base)."
 )
+@click.option(
+    "--discover/--no-discover",
+    "discover",
+    default=None,
+    help="Research phases read new literature from arXiv, OpenAlex or Semantic Scholar "
+    "(default: kb.discovery.enabled: when online).",
+)
 @click.option("--resume", is_flag=True, help="Continue an interrupted run (after a crash or kill).")
 @click.option("--run", "run_id", type=ROW_ID, help="With --resume: which run (default: the latest).")
 @json_option
@@ -76,6 +83,7 @@ def cli(
     autopilot_on: bool | None,
     model: str | None,
     api_base: str | None,
+    discover: bool | None,
     resume: bool,
     run_id: int | None,
     as_json: bool,
@@ -116,6 +124,7 @@ def cli(
         "autopilot": autopilot_on,
         "model": model,
         "api_base": api_base,
+        "discover": discover,
     }
     given = [f"--{k.replace('_', '-')}" for k, v in run_options.items() if v is not None]
     given += [flag for flag, on in (("--skip-self-test", skip_self_test), ("--no-final", no_final)) if on]
@@ -281,6 +290,8 @@ def _subcommand_args(ctx: click.Context) -> list[str]:
         if param.is_flag:
             if value:
                 out.append(flag)
+            elif value is False and param.secondary_opts:  # --no-autopilot, --no-discover
+                out.append(param.secondary_opts[0])
         elif value is not None:
             out.extend([flag, str(value)])
     return out
