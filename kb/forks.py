@@ -123,6 +123,8 @@ class _Request:
     meta: dict[str, Any]
     suggested_point: bool = False
     """The fork point comes from the config's suggestion: ignored (said so) if the fork lacks it."""
+    title: str | None = None
+    """The source's title (default: `fork NAME (BRANCH)`); a pull request's is its own title."""
 
 
 def _request(
@@ -231,6 +233,38 @@ def add_fork(
     finally:
         gitrepo.delete_ref(repo, temp_ref)
     return result
+
+
+def record_fetched(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    name: str,
+    location: str,
+    ref: str,
+    head: str,
+    *,
+    title: str | None = None,
+) -> ForkResult:
+    """Record a head already fetched into the mirror (a pull request's: kb/prs.py) as the fork
+    `name`, its commits since the fork point mined as add_fork mines a fork's; again with the same
+    head, nothing changes."""
+    started = time.perf_counter()
+    _check_name(name)
+    existing = one(db, "SELECT * FROM sources WHERE kind = 'fork' AND name = ?", [name])
+    meta: dict[str, Any] = decoded_dict(existing["meta"] if existing else None)
+    req = _Request(name, location, ref, None, existing, meta, title=title)
+    repo = gitrepo.open_repo(ws.mirror_path)
+    baseline = _baseline(ws, repo)
+    if existing is not None and existing["commit_sha"] == head and meta.get("baseline") == baseline:
+        return _unchanged(db, existing, head, meta, started)
+    point = find_fork_point(
+        repo,
+        baseline,
+        head,
+        list(ws.settings.target.paths_of_interest),
+        close_fraction=ws.settings.kb.forks.close_fraction,
+    )
+    return _record(ws.settings.kb, repo, db, req, head, baseline, point, started)
 
 
 def _counts(db: sqlite_utils.Database, source_id: int) -> tuple[int, int, int]:
@@ -410,7 +444,7 @@ def _record(
                     "ref": req.branch,
                     "commit_sha": head,
                     "merge_base": point.upstream,
-                    "title": f"fork {req.name} ({req.branch})",
+                    "title": req.title or f"fork {req.name} ({req.branch})",
                     "meta": meta,
                     "created_at": created,
                     "updated_at": created,

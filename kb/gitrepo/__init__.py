@@ -16,12 +16,15 @@ from kb.gitrepo.forks import cherry as cherry
 from kb.gitrepo.forks import commit_graph as commit_graph
 from kb.gitrepo.forks import delete_ref as delete_ref
 from kb.gitrepo.forks import fetch_branch as fetch_branch
+from kb.gitrepo.forks import fetch_refs as fetch_refs
 from kb.gitrepo.forks import file_sets as file_sets
 from kb.gitrepo.forks import is_ancestor as is_ancestor
 from kb.gitrepo.forks import ls_remote as ls_remote
+from kb.gitrepo.forks import ls_remote_refs as ls_remote_refs
 from kb.gitrepo.forks import merge_base as merge_base
 from kb.gitrepo.forks import patch_ids as patch_ids
 from kb.gitrepo.forks import patch_ids_of as patch_ids_of
+from kb.gitrepo.forks import range_diff as range_diff
 from kb.gitrepo.forks import read_files as read_files
 from kb.gitrepo.forks import stream as stream
 from kb.gitrepo.forks import tree_blobs as tree_blobs

@@ -263,3 +263,42 @@ def patch_ids_of(repo: git.Repo, shas: list[str]) -> dict[str, str]:
         if sha:
             found[sha.strip()] = patch_id
     return found
+
+
+def ls_remote_refs(repo: git.Repo, location: str, *patterns: str) -> dict[str, str]:
+    """{ref: sha} of a remote's refs matching `patterns` (`refs/pull/*/head`): pull requests a host
+    exposes as refs, read without fetching them."""
+    code, out, err = run_unchecked(repo, "ls-remote", location, *patterns, env=_NO_PROMPT)
+    if code != 0:
+        detail = err.strip().splitlines()
+        raise UserError(
+            f"{location}: cannot read the repository ({detail[-1] if detail else f'exit {code}'})"
+        )
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref and len(sha) == 40:
+            found[ref] = sha
+    return found
+
+
+def fetch_refs(repo: git.Repo, location: str, refspecs: list[str]) -> None:
+    """Fetch many refs of `location` in one `git fetch` (`+refs/pull/12/head:refs/prs/x/12`, ...)."""
+    if not refspecs:
+        return
+    code, _, err = run_unchecked(
+        repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", location, *refspecs, env=_NO_PROMPT
+    )
+    if code != 0:
+        detail = err.strip().splitlines()
+        raise UserError(
+            f"{location}: cannot fetch {len(refspecs)} refs ({detail[-1] if detail else f'exit {code}'})"
+        )
+
+
+def range_diff(repo: git.Repo, base: str, head: str) -> tuple[str, list[str]]:
+    """The combined diff of `base..head` (full blob names, so a three-way merge can find its
+    preimages) and the paths it changes."""
+    diff = run(repo, "diff", "--no-color", "--no-ext-diff", "--no-renames", "--full-index", base, head)
+    names = run(repo, "diff", "--no-renames", "--name-only", "-z", base, head)
+    return diff, [p for p in names.split("\0") if p]

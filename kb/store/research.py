@@ -277,7 +277,8 @@ class ForkCommitFacts(TypedDict):
 
 
 def fork_commits(db: sqlite_utils.Database) -> list[ForkCommitFacts]:
-    """Every fork commit with its diff and facts, by evidence id."""
+    """Every fork commit with its diff and facts, by evidence id; a pull request's commits are
+    left to the pull-request miner (one hypothesis per pull request)."""
     return shaped(
         db,
         ForkCommitFacts,
@@ -288,7 +289,7 @@ SELECT e.id AS evidence_id, s.name AS fork, c.sha, c.subject, c.message, c.files
 FROM commits c
 JOIN evidence e ON e.id = c.evidence_id
 JOIN sources s ON s.id = e.source_id
-WHERE s.kind = 'fork'
+WHERE s.kind = 'fork' AND s.id NOT IN (SELECT source_id FROM pull_requests)
 ORDER BY e.id
 """,
     )

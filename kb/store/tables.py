@@ -270,6 +270,31 @@ class LLMCallRow(TypedDict):
     step: str | None
 
 
+class PullRequestRow(TypedDict):
+    """A whole row of pull_requests (kb.migrations m014)."""
+
+    id: int
+    source_id: int
+    remote: str
+    host: str
+    number: int
+    head_sha: str
+    merge_base: str | None
+    state: str
+    upstream: int
+    upstream_reason: str | None
+    title: str
+    body: str | None
+    url: str | None
+    author: str | None
+    described_by: str
+    files: str
+    diff: str | None
+    diff_truncated: int
+    created_at: float
+    updated_at: float
+
+
 TABLE_OF.update(
     SourceRow="sources",
     EvidenceRow="evidence",
@@ -284,4 +309,5 @@ TABLE_OF.update(
     WinnerRow="winners",
     CommandRow="commands",
     LLMCallRow="llm_calls",
+    PullRequestRow="pull_requests",
 )

@@ -17,10 +17,13 @@ SUBCOMMANDS: CommandMap = {
     "add-fork": ("tui.cli.kb_forks_cmd", "add_fork", "Fetch a fork and record its fork-only commits."),
     "forks": ("tui.cli.kb_forks_cmd", "forks", "List forks with commit counts."),
     "commits": ("tui.cli.kb_forks_cmd", "commits", "List a fork's commits (filter by path)."),
+    "add-prs": ("tui.cli.kb_prs_cmd", "add_prs", "Read the upstream's pull requests (refs/pull/*/head)."),
+    "prs": ("tui.cli.kb_prs_cmd", "prs", "List the pull requests read."),
     "inventory": ("tui.cli.kb_inventory_cmd", "inventory", "Scan backends for operator fusions and gaps."),
 }
 
 
 @click.group("kb", cls=LazyGroup, lazy_commands=SUBCOMMANDS)
 def cli() -> None:
-    """Knowledge base: papers, fork diffs, backend fusion inventory, full-text search."""
+    """Knowledge base: papers (discovered or given), fork diffs, the upstream's pull requests,
+    backend fusion inventory, full-text search."""

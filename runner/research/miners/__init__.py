@@ -37,6 +37,7 @@ __all__ = [
 MINERS: tuple[str, ...] = (
     "runner.research.miners.gaps:GapMiner",
     "runner.research.miners.forks:ForkMiner",
+    "runner.research.miners.prs:PullRequestMiner",
 )
 """Every miner, as `module:class`: a new miner is a module and a line here."""
 
