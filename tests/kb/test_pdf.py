@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from kb.config import KBSettings
 from kb.db import rows
@@ -16,6 +17,7 @@ from kb.papers import add_paper
 from kb.workspace import Workspace
 from tests.kb.helpers import ENGLISH_SECTIONS, LoopbackServer, article_page, db_dump
 from tests.kb.pdf_support import TITLE, bomb, two_column_paper
+from tui.cli import main
 
 
 def settings(**values: object) -> KBSettings:
@@ -25,7 +27,7 @@ def settings(**values: object) -> KBSettings:
 def stored(ws: Workspace, source_id: int) -> list[dict[str, object]]:
     return rows(
         ws.db(),
-        "SELECT position, section, body, meta FROM evidence WHERE source_id = ? AND kind = 'passage' "
+        "SELECT id, position, section, body, meta FROM evidence WHERE source_id = ? AND kind = 'passage' "
         "ORDER BY position",
         [source_id],
     )
@@ -57,6 +59,8 @@ def test_two_column_pdf_reads_in_order_with_pages(workspace: Workspace, http_ser
     broken = next(p for p in found if "the fused kernel reads the weights once" in str(p["body"]))
     assert json.loads(str(broken["meta"])) == {"pages": [1, 2]}
     assert broken["section"] == "2 Method"
+    shown = CliRunner().invoke(main, ["-w", str(workspace.root), "kb", "show", str(broken["id"])])
+    assert shown.exit_code == 0 and "pages:    1-2" in shown.output.splitlines()
     # The table is read row by row, on page 2, under its section.
     table = next(p for p in found if "dense 7B | 41.0 | 45.9" in str(p["body"]))
     assert "moe 30B | 88.2 | 96.1" in str(table["body"])

@@ -200,6 +200,9 @@ def show(ctx: click.Context, evidence_id: int, as_json: bool) -> None:
         click.echo(f"{'fork:' if item.commit else 'section:':<10}{item.section}")
     if item.position is not None:
         click.echo(f"passage:  {item.position}")
+    pages = item.meta.get("pages") if item.kind == "paper" else None
+    if isinstance(pages, list) and len(pages) == 2:
+        click.echo(f"pages:    {pages[0]}" if pages[0] == pages[1] else f"pages:    {pages[0]}-{pages[1]}")
     label = source.get("title") or source.get("name") or ""
     click.echo(f"source:   {source.get('kind')} {source.get('id')}: {label}")
     url = source.get("canonical_url") or source.get("url")
