@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kb.errors import UserError
@@ -68,7 +69,8 @@ def read_layout(data: bytes, label: str, *, seconds: float, memory_mb: int) -> d
     _check_complete(data, label)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "kb.papers.pdf_child"],
+            # The file itself, isolated (-I): the child imports pdfminer and nothing of this package.
+            [sys.executable, "-I", str(Path(__file__).with_name("pdf_child.py"))],
             input=data,
             capture_output=True,
             timeout=seconds,

@@ -1,4 +1,4 @@
-"""The PDF reader's child process: `python -m kb.papers.pdf_child` reads a PDF on stdin and writes
+"""The PDF reader's child process: `python -I kb/papers/pdf_child.py` reads a PDF on stdin and writes
 its text lines as JSON on stdout, laid out by pdfminer.six (kb/papers/pdf.py starts it, with a
 memory limit and a deadline, and builds the passages).
 
