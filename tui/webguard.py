@@ -90,7 +90,9 @@ class Guard:
         origin = f"{public.scheme}://{public.netloc}".lower() if public is not None else ""
         return cls(frozenset(names), origin, token, what, token_hint)
 
-    def refusal(self, host: str, origin: str | None, token: str | None, *, need_token: bool = True) -> str | None:
+    def refusal(
+        self, host: str, origin: str | None, token: str | None, *, need_token: bool = True
+    ) -> str | None:
         """Why a request with these headers (and this token, however the server reads it) is
         refused, or None. `need_token=False` for what holds no secret (static scripts)."""
         name = hostname(host)
