@@ -76,7 +76,9 @@ def test_an_agent_reads_cites_queues_runs_and_reads_the_decision(
             assert hyp["status"] == "proposed" and hyp["evidence"] == [hit["id"]]
 
             # queue the agent's own work tree for it
-            queued = await call(client, "queue_patch", worktree=str(worktree), hypothesis_id=hyp["hypothesis"])
+            queued = await call(
+                client, "queue_patch", worktree=str(worktree), hypothesis_id=hyp["hypothesis"]
+            )
             assert queued["hypothesis"] == hyp["hypothesis"] and queued["files"] == ["prog.c"]
             assert queued["applies"] is True
             shown = await call(client, "show_hypothesis", hypothesis_id=hyp["hypothesis"])

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
@@ -55,6 +57,43 @@ RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
+async def one_line_errors(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """A failed tool call's text as one line: the SDK reports arguments that fail the tool's
+    schema as pydantic's several lines (field, message, a link); the agent reads one."""
+    result = await call_next(ctx)
+    if ctx.method != "tools/call" or not isinstance(result, dict) or not result.get("isError"):
+        return result
+    content = [
+        {**block, "text": one_line(block["text"])} if isinstance(block.get("text"), str) else block
+        for block in result.get("content", [])
+    ]
+    return {**result, "content": content}
+
+
+def one_line(text: str) -> str:
+    """'... 1 validation error for xArguments / field / message [type=...] / link' ->
+    '... invalid arguments: field: message'; any other text's lines joined by '; '."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.strip().startswith("For further information")]
+    if len(lines) <= 1:
+        return text.strip()
+    head = re.sub(r"\d+ validation errors? for \w+$", "invalid arguments", lines[0].strip())
+    parts: list[str] = []
+    field: str | None = None
+    for line in lines[1:]:
+        if line.startswith(" "):
+            message = re.sub(r"\s*\[type=[^\]]*\]$", "", line.strip())
+            parts.append(f"{field}: {message}" if field else message)
+            field = None
+        else:
+            if field:
+                parts.append(field)
+            field = line.strip()
+    if field:
+        parts.append(field)
+    return f"{head}: {'; '.join(parts)}"
+
+
 def _version() -> str:
     try:
         return importlib.metadata.version("autoresearch")
@@ -65,7 +104,11 @@ def _version() -> str:
 def build(face: AgentFace) -> MCPServer:
     """The server over `face`'s workspace; with `face.read_only`, only the reads."""
     server: MCPServer = MCPServer(
-        "autoresearch", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
+        "autoresearch",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        log_level="WARNING",
+        middleware=[one_line_errors],
     )
 
     def one_line(fn: F) -> F:
