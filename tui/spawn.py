@@ -1,4 +1,5 @@
-"""Starting `autoresearch` processes from the TUI: runs, hypothesis miners and generators.
+"""Starting `autoresearch` processes from the TUI (and the MCP server's `start_run`): runs,
+hypothesis miners and generators.
 
 The TUI never runs the loop or an LLM itself. It starts the same commands a user would type, each
 in a session of its own (start_new_session=True), so quitting the TUI, a Ctrl-C in its terminal

@@ -3,11 +3,18 @@ its evidence), `queue add --hypothesis`, an agent's work tree read as one patch,
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from kb import gitrepo
 from kb.errors import UserError
@@ -107,3 +114,40 @@ def test_the_skill_is_printed_as_shipped() -> None:
     assert fields["name"] == "autoresearch" and 0 < len(fields["description"]) <= 1024
     for tool in ("search_knowledge", "add_hypothesis", "queue_patch", "start_run", "run_status", "decision"):
         assert f"`{tool}(" in shipped
+
+
+def _blocks(lang: str) -> list[str]:
+    text = (ROOT / "docs" / "agents.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_the_documented_configurations_start_the_server(ws_target: tuple[Workspace, Path]) -> None:
+    """docs/agents.md's .mcp.json (Claude Code, pi's adapter) and config.toml (Codex) stdio entries,
+    read as those agents read them, start a server that answers."""
+    ws, _ = ws_target
+    entries = [
+        server
+        for block in _blocks("json")
+        for server in json.loads(block)["mcpServers"].values()
+        if "command" in server
+    ]
+    entries += [
+        server
+        for block in _blocks("toml")
+        for server in tomllib.loads(block)["mcp_servers"].values()
+        if "command" in server
+    ]
+    assert len(entries) == 2
+    exe = str(Path(sys.executable).parent / "autoresearch")
+
+    async def start(command: str, args: list[str]) -> set[str]:
+        params = StdioServerParameters(
+            command=exe if command == "autoresearch" else command,
+            args=[str(ws.root) if a == "/path/to/ws" else a for a in args],
+            env=dict(os.environ),
+        )
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    for entry in entries:
+        assert "queue_patch" in anyio.run(start, entry["command"], entry["args"])
