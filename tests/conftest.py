@@ -20,7 +20,9 @@ GIT_ENV = {
 
 
 @pytest.fixture(autouse=True)
-def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+def _isolate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[None]:
     """No test reads the developer's workspace, git config or telemetry settings."""
     monkeypatch.delenv("AUTORESEARCH_WORKSPACE", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -31,7 +33,8 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     yield
-    replay_stored_decisions(tmp_path)
+    if request.node.get_closest_marker("forges_decisions") is None:
+        replay_stored_decisions(tmp_path)
 
 
 def replay_stored_decisions(folder: Path) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kb.errors import UserError
 from kb.jsoncol import decoded_dict
 from kb.store import demo_reads
+from runner.research.miners import added_ids, label_of_origin
 from runner.stats import interval, pct
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
             started = True
             mined_ids = []
         elif ev["kind"] == "hypotheses.mine" and started:
-            mined_ids += [*data.get("gap_added", []), *data.get("fork_added", [])]
+            mined_ids += added_ids(data)
         elif ev["kind"] == "research_done":
             calls = [int(c) for c in data.get("call_ids") or []]
             found = [h for hid in dict.fromkeys(mined_ids) if (h := demo_reads.hypothesis_brief(db, hid))]
@@ -250,7 +251,8 @@ def _source_lines(outcome: Outcome) -> list[str]:
     return [*detailed, *bare] or ["no recorded source"]
 
 
-_ORIGINS = {"miner:fork": "fork commit", "miner:gap": "backend gap", "llm": "model idea"}
+_ORIGINS = {"llm": "model idea"}
+"""Origins that are not a miner's (a miner's reads as its label: runner.research.miners)."""
 
 
 def research_lines(result: DemoResult) -> list[str]:
@@ -266,7 +268,9 @@ def research_lines(result: DemoResult) -> list[str]:
         report = ResearchReport(**{k: v for k, v in ph.items() if k in counts})
         out.append(f"  phase {ph.get('phase')}, {when}: {report.line()}")
         for hyp in ph.get("found") or []:
-            origin = _ORIGINS.get(str(hyp["origin"]), str(hyp["origin"]))
+            origin = label_of_origin(str(hyp["origin"])) or _ORIGINS.get(
+                str(hyp["origin"]), str(hyp["origin"])
+            )
             out.append(f"      {origin:<12} {hyp['title']}")
         for patch in ph.get("patches") or []:
             what = "repair" if patch.get("repair_of") else "port" if patch.get("from_experiment") else "patch"

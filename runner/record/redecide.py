@@ -414,6 +414,10 @@ def check(db: sqlite_utils.Database, run_ref: str | int) -> CheckResult:
             if not isinstance(family, dict) or not family:
                 unchecked += 1
                 continue
+            if str(exp.id) not in family:
+                why = f"its recorded wave ({', '.join(sorted(family))}) does not hold experiment {exp.id}"
+                replays.append(Replay(exp.id, d.id, d.pairs, d.verdict, None, why))
+                continue
             rules = rules_from_json(d.decoded_policy)
             wave = {}
             for member, n in family.items():

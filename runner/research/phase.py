@@ -130,7 +130,7 @@ def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport, *, q
     except UserError as exc:
         report.failures.append(f"miners: {exc}")
         return
-    report.mined = len(mined.gap_added) + len(mined.fork_added)
+    report.mined = len(mined.all_added)
 
 
 # --- repairs and ports ------------------------------------------------------------------------------
