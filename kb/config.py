@@ -236,7 +236,7 @@ class HypothesesSettings(_Section):
     @field_validator("skip_areas")
     @classmethod
     def _known_areas(cls, value: list[str]) -> list[str]:
-        from kb.commit_facts import AREAS
+        from kb.vocabulary import AREAS
 
         unknown = [a for a in value if a not in AREAS]
         if unknown:

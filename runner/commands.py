@@ -34,21 +34,37 @@ TARGETS: dict[str, str] = {
 }
 
 
-def _check_args(kind: str, args: dict[str, Any]) -> None:
-    """The same checks the runner makes, at the door: a bad command is refused, not queued."""
-    if kind == "prioritize" and not isinstance(args.get("priority"), int | float):
-        raise UserError("command prioritize: needs args {'priority': <number>}")
-    if kind in ("focus", "avoid") and not str(args.get("text") or "").strip():
-        raise UserError(f"command {kind}: needs a non-empty text")
-    if kind == "approval" and not isinstance(args.get("on"), bool):
-        raise UserError("command approval: needs on or off")
+NOTE_CHARS = 500
+"""A focus or avoid note is kept to this many characters (a prompt has room for ten of them)."""
+
+
+def checked_args(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A command's arguments, checked and normalised: the one check, made by `send` at the door
+    (a bad command is refused, not queued) and by the runner on what it reads (a row written some
+    other way gets the same answer). UserError says what is wrong."""
+    if kind == "prioritize":
+        priority = args.get("priority")
+        if isinstance(priority, bool) or not isinstance(priority, int | float):
+            raise UserError("command prioritize: needs args {'priority': <number>}")
+        return {"priority": float(priority)}
+    if kind in ("focus", "avoid"):
+        text = " ".join(str(args.get("text") or "").split())
+        if not text:
+            raise UserError(f"command {kind}: needs a non-empty text")
+        return {"text": text[:NOTE_CHARS]}
+    if kind == "approval":
+        if not isinstance(args.get("on"), bool):
+            raise UserError("command approval: needs on or off")
+        return {"on": args["on"]}
     if kind == "budget":
-        given = {k: args.get(k) for k in ("usd", "minutes") if args.get(k) is not None}
+        given: dict[str, Any] = {k: args[k] for k in ("usd", "minutes") if args.get(k) is not None}
         if not given:
             raise UserError("command budget: give --usd and/or --minutes")
         for key, value in given.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise UserError(f"command budget: {key} must be a positive number")
+        return {k: float(v) for k, v in given.items()}
+    return {}
 
 
 def send(
@@ -61,7 +77,7 @@ def send(
     target_kind = TARGETS[kind]
     if target_id is None and target_kind != "run":
         raise UserError(f"command {kind}: needs the id of a {target_kind}")
-    _check_args(kind, args or {})
+    checked_args(kind, args or {})
     with transaction(db):
         if target_id is not None and not store.target_exists(db, target_kind, target_id):
             raise UserError(f"command {kind}: no {target_kind} {target_id}")
