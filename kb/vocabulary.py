@@ -101,6 +101,11 @@ STOP_MEANINGS: dict[str, str] = {
     "user": "stopped by a person (steer stop, the console, Ctrl-C)",
 }
 
+SOURCE_FORMS = (
+    "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
+)
+"""The forms a hypothesis's provenance ref may take (`--source`; runner/submit.py checks them)."""
+
 PHASES: tuple[str, ...] = ("researching", "patching", "measuring", "reflecting", "idle")
 """What a run is doing now (runs.phase), shown in the console."""
 

@@ -9,6 +9,8 @@ The runner marks each one `done` or `failed` with a one-line result.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import sqlite_utils
@@ -90,3 +92,56 @@ def send(
                 "created_at": now(),
             },
         )
+
+
+@dataclass(frozen=True)
+class Steered:
+    """A steering command sent to the going run (or kept for the next one), as the runner left it
+    when the sender stopped waiting."""
+
+    command: int
+    kind: str
+    run: int | None
+    run_name: str | None
+    status: str
+    """pending (not read yet), done or failed."""
+    result: str | None
+
+    def refusal(self) -> str | None:
+        """The runner's refusal in one line, or None."""
+        return f"steer {self.kind}: {self.result}" if self.status == "failed" else None
+
+    def to_json(self) -> dict[str, Any]:
+        """`steer ... --json`."""
+        return {
+            "command": self.command,
+            "kind": self.kind,
+            "run": self.run,
+            "status": self.status,
+            "result": self.result,
+        }
+
+
+def steer(db: sqlite_utils.Database, kind: str, args: dict[str, Any], wait: float) -> Steered:
+    """Send the going run a command and wait up to `wait` seconds for the runner's answer: the one
+    path of `autoresearch steer` and the MCP server's steering tools. pause, resume and stop need a
+    run that is going; focus, avoid, approval and budget with no run going wait for the next one."""
+    from kb.store.runs import command, live_run
+
+    live = live_run(db, now())
+    if live is None and kind in ("pause", "resume", "stop"):
+        raise UserError(f"steer {kind}: no run is going (autoresearch history lists the runs)")
+    command_id = send(db, kind, live.id if live else None, args)
+    row = command(db, command_id)
+    deadline = time.monotonic() + (wait if live is not None else 0)
+    while row is not None and row.status == "pending" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        row = command(db, command_id)
+    return Steered(
+        command_id,
+        kind,
+        live.id if live else None,
+        live.name if live else None,
+        row.status if row else "pending",
+        row.result if row else None,
+    )
