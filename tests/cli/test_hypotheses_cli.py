@@ -42,7 +42,10 @@ def test_mine_list_show(tmp_path: Path) -> None:
     _, ws, kb = setup(tmp_path)
     result = run(ws, "hypotheses", "mine")
     assert result.exit_code == 0, result.output
-    assert "Added 1 backend-gap and 2 fork-commit hypotheses (1 fork patches do not apply" in result.output
+    assert (
+        "Added 1 backend-gap, 2 fork-commit and 0 pull-request hypotheses (1 fork patches do not apply"
+        in result.output
+    )
     assert run(ws, "hypotheses", "mine", "--json").output.count('"already_mined": 3') == 1
 
     listed = json.loads(run(ws, "hypotheses", "list", "--json").output)

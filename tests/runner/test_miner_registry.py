@@ -37,7 +37,7 @@ def test_a_registered_miner_is_reported_everywhere_without_a_field_of_its_own(
     result = cli.invoke(main, ["-w", str(ws.root), "hypotheses", "mine", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert list(report)[:3] == ["gap_added", "fork_added", "tiny_added"]
+    assert list(report)[:4] == ["gap_added", "fork_added", "pr_added", "tiny_added"]
     [tiny] = report["tiny_added"]
     db = ws.db()
     assert db.execute("SELECT origin FROM hypotheses WHERE id = ?", [tiny]).fetchone()[0] == "miner:tiny"
@@ -55,7 +55,9 @@ def test_a_registered_miner_is_reported_everywhere_without_a_field_of_its_own(
     again = cli.invoke(main, ["-w", str(ws.root), "hypotheses", "mine"], catch_exceptions=False)
     assert again.exit_code == 0
     first = again.output.splitlines()[0]
-    assert first == "Added 0 backend-gap, 0 fork-commit and 0 multiply-idea hypotheses", again.output
+    assert first == ("Added 0 backend-gap, 0 fork-commit, 0 pull-request and 0 multiply-idea hypotheses"), (
+        again.output
+    )
 
 
 def test_a_miners_skip_reasons_explain_an_empty_mine(tmp_path: Path, tiny_registered: None) -> None:
