@@ -23,7 +23,8 @@ GIT_ENV = {
 def _isolate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[None]:
-    """No test reads the developer's workspace, git config or telemetry settings."""
+    """No test reads the developer's workspace, git config or telemetry settings, nor reaches
+    the internet's scholarly APIs (discovery's `auto` is off; a test points them at 127.0.0.1)."""
     monkeypatch.delenv("AUTORESEARCH_WORKSPACE", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -32,6 +33,7 @@ def _isolate(
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
     monkeypatch.setenv("DO_NOT_TRACK", "1")
+    monkeypatch.setenv("AUTORESEARCH_OFFLINE", "1")
     yield
     if request.node.get_closest_marker("forges_decisions") is None:
         replay_stored_decisions(tmp_path)

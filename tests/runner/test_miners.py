@@ -75,7 +75,7 @@ def test_miners_turn_gaps_and_fork_commits_into_hypotheses(tmp_path: Path) -> No
     # Re-running adds nothing.
     count = one(db, "SELECT count(*) AS n FROM hypotheses")
     again = mine(ws, db)
-    assert again.added == {"gap": [], "fork": []}
+    assert again.added == {"gap": [], "fork": [], "pr": []}
     assert again.skipped["already_mined"] == 3
     assert one(db, "SELECT count(*) AS n FROM hypotheses") == count
     assert one(db, "SELECT count(*) AS n FROM events WHERE kind = 'hypotheses.mine'") == {"n": 2}

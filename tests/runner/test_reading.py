@@ -159,6 +159,7 @@ def test_auto_is_off_when_offline(tmp_path: Path, monkeypatch: Any) -> None:
     from tests.kb.helpers import unused_port
     from tests.runner.runner_target import make_target
 
+    monkeypatch.delenv("AUTORESEARCH_OFFLINE")  # tests/conftest.py sets it for every other test
     target = make_target(tmp_path / "target")
     with APIServer() as api:
         ws = create_workspace(
