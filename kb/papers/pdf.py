@@ -53,13 +53,15 @@ def _check_complete(data: bytes, label: str) -> None:
         )
 
 
-def _limits(memory_mb: int) -> Any:
+def _limits(memory_mb: int, seconds: float) -> Any:
     def apply() -> None:
         import resource
 
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        cpu = int(seconds) + 1  # the wall-clock deadline is the parent's; this ends a loop regardless
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
 
     return apply
 
@@ -74,7 +76,7 @@ def read_layout(data: bytes, label: str, *, seconds: float, memory_mb: int) -> d
             input=data,
             capture_output=True,
             timeout=seconds,
-            preexec_fn=_limits(memory_mb),
+            preexec_fn=_limits(memory_mb, seconds),
         )
     except subprocess.TimeoutExpired:
         raise UserError(
@@ -82,7 +84,11 @@ def read_layout(data: bytes, label: str, *, seconds: float, memory_mb: int) -> d
         ) from None
     reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
     last = reason[-1] if reason else ""
-    if done.returncode == 3 or "MemoryError" in last or done.returncode == -9:
+    if done.returncode in (-24, -9) and "MemoryError" not in last:  # SIGXCPU, or killed at its CPU cap
+        raise UserError(
+            f"{label}: reading the PDF took more than {seconds:g} s of CPU (kb.pdf_seconds); refused"
+        )
+    if done.returncode == 3 or "MemoryError" in last:
         raise UserError(
             f"{label}: reading the PDF needs more than {memory_mb} MB (kb.pdf_memory_mb): "
             "a decompression bomb or a huge stream; refused"

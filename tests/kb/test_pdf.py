@@ -141,3 +141,14 @@ def test_truncated_and_fake_pdfs_are_refused_in_one_line(
         add_paper(workspace.db(), url, settings())
     assert str(caught.value).startswith(f"{url}: not a readable PDF (") and "\n" not in str(caught.value)
     assert db_dump(workspace.db_path) == before
+
+
+def test_a_pdf_that_reads_too_long_is_refused(workspace: Workspace, tmp_path: Path) -> None:
+    path = tmp_path / "slow.pdf"
+    path.write_bytes(two_column_paper())
+    before = db_dump(workspace.db_path)
+    with pytest.raises(
+        UserError, match=r"slow\.pdf: reading the PDF took longer than 0\.01 s \(kb\.pdf_seconds\); refused$"
+    ):
+        add_paper(workspace.db(), str(path), settings(pdf_seconds=0.01))
+    assert db_dump(workspace.db_path) == before
