@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kb.errors import UserError
+from kb.textsafe import inert
 
 # name -> (module, attribute, one-line help). The help is repeated so `--help` need not import.
 CommandMap = dict[str, tuple[str, str, str]]
@@ -56,21 +57,25 @@ class LazyGroup(click.Group):
 
         This is the one place that turns errors into lines: UserError (bad input or state), SQLite
         failures that are the environment's (a lock held too long, a read-only or full disk) and
-        OS errors on a named file. Anything else is a bug and keeps its traceback."""
+        OS errors on a named file. Anything else is a bug and keeps its traceback. Every line is
+        shown inert (kb/textsafe.py): errors quote file names, servers' replies, commit subjects."""
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a subcommand's bad option or argument (exit status 2)
             raise _one_line(exc) from None
+        except click.ClickException as exc:
+            exc.message = inert(exc.message)
+            raise
         except UserError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(inert(str(exc))) from None
         except sqlite3.Error as exc:
             if not isinstance(exc, sqlite3.OperationalError) and type(exc) is not sqlite3.DatabaseError:
                 raise  # integrity and programming errors are bugs
-            raise click.ClickException(_database_error(ctx, exc)) from None
+            raise click.ClickException(inert(_database_error(ctx, exc))) from None
         except OSError as exc:
             if exc.filename is None:
                 raise
-            raise click.ClickException(f"{exc.filename}: {exc.strerror or exc}") from None
+            raise click.ClickException(inert(f"{exc.filename}: {exc.strerror or exc}")) from None
         except OverflowError as exc:
             if "SQLite INTEGER" not in str(exc):
                 raise
@@ -81,11 +86,12 @@ class LazyGroup(click.Group):
 def _one_line(exc: click.UsageError) -> click.UsageError:
     """click's usage error as one line (the reason, then where help is) instead of three."""
     if exc.ctx is None:
+        exc.message = inert(exc.message)
         return exc
     where = (
         f"{exc.ctx.command_path} {exc.ctx.help_option_names[0] if exc.ctx.help_option_names else '--help'}"
     )
-    return click.UsageError(f"{exc.format_message()} (see {where})")
+    return click.UsageError(inert(f"{exc.format_message()} (see {where})"))
 
 
 def _require_utf8(arg: str) -> None:
@@ -95,7 +101,7 @@ def _require_utf8(arg: str) -> None:
         arg.encode("utf-8")
     except UnicodeEncodeError:
         shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise click.ClickException(f"argument '{shown}': not valid UTF-8 text") from None
+        raise click.ClickException(f"argument '{inert(shown)}': not valid UTF-8 text") from None
 
 
 def _database_error(ctx: click.Context, exc: sqlite3.Error) -> str:

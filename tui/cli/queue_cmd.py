@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kb.vocabulary import help_epilog
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, Number, PathArg
 
 if TYPE_CHECKING:
@@ -172,23 +172,23 @@ def add(
             }
         )
         return
-    click.echo(f"queued hypothesis {hid} (patch {pid}): {title}")
+    echo(f"queued hypothesis {hid} (patch {pid}): {title}")
     if measured_twin is not None:
-        click.echo(
+        echo(
             f"  note    the same change as hypothesis {measured_twin['id']} ({measured_twin['title']!r}), "
             f"measured already ({measured_twin['outcome']}): it is measured again"
         )
-    click.echo(f"  files   {', '.join(files)}")
-    click.echo(
+    echo(f"  files   {', '.join(files)}")
+    echo(
         f"  applies to the baseline {base[:12]}"
         if apply_error is None
         else f"  does NOT apply to the baseline {base[:12]} (queued with --unchecked)"
     )
     if refs:
-        click.echo(f"  sources {', '.join(refs)}")
+        echo(f"  sources {', '.join(refs)}")
     for c in cited:
         if c.evidence_ids:
-            click.echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
+            echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
 
 
 @cli.command("list", epilog=help_epilog())
@@ -225,7 +225,7 @@ def list_(ctx: click.Context, show_all: bool, as_json: bool) -> None:
         echo_json(items)
         return
     if not items:
-        click.echo("the queue is empty (add a patch: autoresearch queue add PATCH --title T)")
+        echo("the queue is empty (add a patch: autoresearch queue add PATCH --title T)")
         return
     echo_table(
         ["id", "status", "prio", "patch", "next", "outcome", "title"],

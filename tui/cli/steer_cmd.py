@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import TEXT, Number
 
 _POSITIVE = Number(min=0, min_open=True)
@@ -53,11 +53,11 @@ def _send(ctx: click.Context, kind: str, args: dict[str, Any], wait: float, as_j
         return
     if status == "pending":
         where = f"run {live.name}" if live else "the next run"
-        click.echo(f"{kind}: sent (command {command_id}); {where} reads it between polls")
+        echo(f"{kind}: sent (command {command_id}); {where} reads it between polls")
     elif status == "failed":
         raise UserError(f"steer {kind}: {result}")
     else:
-        click.echo(f"{kind}: {result}")
+        echo(f"{kind}: {result}")
 
 
 def _wait_option(fn: Any) -> Any:
