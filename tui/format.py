@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+from kb import textsafe
+
 STATUS_STYLES: dict[str, str] = {
     # experiments
     "queued": "dim",
@@ -119,9 +121,8 @@ def short_sha(sha: str | None, width: int = 10) -> str:
 
 
 def clip(text: str | None, width: int) -> str:
-    """One line of at most `width` characters, with an ellipsis when cut."""
-    line = " ".join((text or "").split())
-    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+    """One inert line of at most `width` characters, with an ellipsis when cut (kb/textsafe.py)."""
+    return textsafe.clip(text, width)
 
 
 def count(n: int) -> str:

@@ -10,6 +10,7 @@ import hashlib
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,34 @@ def test_a_step_that_floods_its_output_is_folded_and_cut(tmp_path: Path) -> None
     assert "line 100\n" in out and "line 4000" not in out and "METRIC throughput=1" not in out
     assert "autoresearch: the step printed more than 2000 bytes; the rest is not logged" in out
     assert "rc A 3" in out  # the step ran to its end and its exit code is its own
+
+
+def test_a_step_output_reaches_the_log_line_by_line(tmp_path: Path) -> None:
+    """A slow build's lines are in the log as they are printed (the console's Fleet pane follows
+    the log live), not when 4 KiB have gathered in a pipe or the step ends (issue 29)."""
+    ws, workdir = prepared(tmp_path, sandbox={"mode": "off"})
+    log = tmp_path / "job.log"
+    envs = {
+        **os.environ,
+        **sandbox_envs(ws),
+        "A_DIR": "a",
+        "B_DIR": "b",
+        "BATCH": "0",
+        "AUTORESEARCH_NONCE": NONCE,
+        "STEP_A": "echo compiling one.c; sleep 4; echo compiling two.c",
+        "STEP_B": "true",
+    }
+    with open(log, "wb") as out:
+        job = subprocess.Popen(["bash", "-c", RUN], cwd=workdir, env=envs, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            started = time.monotonic()
+            while "compiling one.c" not in log.read_text() and time.monotonic() - started < 3.5:
+                time.sleep(0.05)
+            seen = log.read_text()
+            assert "compiling one.c" in seen and "compiling two.c" not in seen, seen
+        finally:
+            job.wait(timeout=60)
+    assert "compiling two.c" in log.read_text()
 
 
 def test_without_a_sandbox_tampering_is_caught_by_hash_and_named(tmp_path: Path) -> None:

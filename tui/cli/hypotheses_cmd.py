@@ -328,9 +328,7 @@ def _footer(page: Any, flt: Any) -> None:
     else:
         echo("")
     if any(h.priority_set for h in page.rows):
-        echo(
-            "* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it."
-        )
+        echo("* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it.")
     if any(h.waits_behind is not None for h in page.rows):
         echo(
             "family F/N: one of N fork commits on the same functions; `waits #ID`: it runs after every "
@@ -347,9 +345,7 @@ def _nothing_listed(flt: Any) -> None:
         "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
         "(kb add-fork); no model needed"
     )
-    echo(
-        "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
-    )
+    echo("  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)")
     echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
     echo(_FILL_QUEUE)
 
@@ -460,9 +456,7 @@ def _show_rank(h: dict[str, Any]) -> None:
             if lead
             else "leads it (the best open member runs first)"
         )
-        echo(
-            f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}"
-        )
+        echo(f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}")
         for m in members[:10]:
             rank = "-" if m["rank"] is None else f"{m['rank']:.1f}"
             echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")

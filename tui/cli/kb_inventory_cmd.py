@@ -71,9 +71,7 @@ def _no_backends(ref: str, settings: InventorySettings, as_json: bool) -> None:
     )
     echo("For another layout, describe it in autoresearch.toml (README, section Configuration):")
     echo(_RULES_EXAMPLE.rstrip())
-    echo(
-        "Other sources of hypotheses: autoresearch kb add-fork, hypotheses generate --model, queue add."
-    )
+    echo("Other sources of hypotheses: autoresearch kb add-fork, hypotheses generate --model, queue add.")
 
 
 def _print_matrix(inv: Inventory) -> None:

@@ -60,9 +60,7 @@ def add_paper(ctx: click.Context, inputs: tuple[str, ...], as_json: bool) -> Non
         if len(results) > 1:
             added = sum(r.status == "added" for r in results)
             known = sum(r.status == "exists" for r in results)
-            echo(
-                f"{added} added, {known} already in the knowledge base, {len(failed)} failed", err=True
-            )
+            echo(f"{added} added, {known} already in the knowledge base, {len(failed)} failed", err=True)
     if failed:
         ctx.exit(1)
 

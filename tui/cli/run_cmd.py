@@ -222,9 +222,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
     echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
     for exp in kept:
-        echo(
-            f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs"
-        )
+        echo(f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs")
 
 
 def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_json: bool) -> None:

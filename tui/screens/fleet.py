@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +19,7 @@ from tui.screens.base import AppScreen
 from tui.screens.dialogs import BudgetScreen, ConfirmScreen, NoteScreen, StartRunScreen
 from tui.screens.log import LogScreen
 from tui.spawn import RunRequest
+from tui.text import Text
 from tui.widgets.common import cell, fit_columns, right, status_cell
 from tui.widgets.fleet import ResearchLog
 
