@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 # Everything a terminal may act on or that reorders what is read. C0 (but tab and newline, which
@@ -81,3 +83,14 @@ def json_text(data: Any, *, indent: int | None = 2) -> str:
     if _JSON.search(dumped) is None:
         return dumped
     return _JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", dumped)
+
+
+def utc_time(value: float | None, fmt: str = "%Y-%m-%d %H:%M", *, none: str = "-") -> str:
+    """A moment in UTC as `fmt`; `none` when unknown, and the number itself with a `?` when no
+    date can show it (a time from an imported log beyond the year 9999 must not stop a listing)."""
+    if value is None:
+        return none
+    try:
+        return datetime.fromtimestamp(value, tz=UTC).strftime(fmt)
+    except (OverflowError, ValueError, OSError):
+        return f"{value:.6g}?" if isinstance(value, int | float) and not math.isnan(value) else "?"

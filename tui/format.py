@@ -6,7 +6,6 @@ Times are shown in UTC so a screen reads the same on every machine (and snapshot
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 
 from kb import textsafe
 
@@ -75,10 +74,7 @@ RICH_STATUS_COLOURS: dict[str, str] = {
 
 def ts(value: float | None, *, seconds: bool = False) -> str:
     """`2026-01-02 00:03` (UTC), or `-`."""
-    if value is None:
-        return "-"
-    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
-    return datetime.fromtimestamp(value, tz=UTC).strftime(fmt)
+    return textsafe.utc_time(value, "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def duration(seconds: float | None) -> str:

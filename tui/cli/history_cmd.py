@@ -7,12 +7,12 @@ Each command opens the workspace database in its own process and only reads, exc
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from kb.textsafe import utc_time
 from kb.vocabulary import STOP_MEANINGS, gain_words, help_epilog, legend
 from runner.stats import cell_interval, cell_pct
 from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _when(ts: float | None) -> str:
-    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+    return utc_time(ts, none="")
 
 
 def _short(sha: str | None) -> str:
