@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kb.errors import ConfigError
 from kb.locate import CONFIG_NAME as CONFIG_NAME  # re-exported: callers know it from here
@@ -57,6 +57,27 @@ class TargetSettings(_Section):
     """Folders whose changes matter (fork commits outside them are not mined)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the build, benchmark and checks (e.g. AUTORESEARCH_GGUF=model path)."""
+
+    @field_validator("protect")
+    @classmethod
+    def _protect(cls, value: list[str]) -> list[str]:
+        return [tree_path(entry, "protect") for entry in value]
+
+
+def tree_path(entry: str, key: str) -> str:
+    """A path inside the target tree as git names it (`./speed.txt` and `speed.txt/` are
+    `speed.txt`); one that names no path there (empty, `.`, spaces around it, absolute, `..`) is
+    refused: it would protect nothing, or everything."""
+    if entry != entry.strip():
+        raise ValueError(f"{entry!r}: spaces around a path (git's names have none there; remove them)")
+    if entry.startswith("/"):
+        raise ValueError(f"{entry!r}: a path inside the target tree, relative to its top (not absolute)")
+    parts = [part for part in entry.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{entry!r}: `..` leaves the target tree")
+    if not parts:
+        raise ValueError(f"{entry!r}: names the whole tree, not a path in it ({key} lists files or folders)")
+    return "/".join(parts)
 
 
 class GuardSettings(_Section):
@@ -103,6 +124,15 @@ class PolicySettings(_Section):
     """Pairs per job: one job on a worker runs a batch of pairs; more pairs is another job."""
     self_test_pairs: int = Field(8, ge=2)
     """Pairs of the A/A self-test (the baseline against itself) before the first wave."""
+
+    @model_validator(mode="after")
+    def _pairs(self) -> PolicySettings:
+        if self.max_pairs < self.min_pairs:
+            raise ValueError(
+                f"max_pairs {self.max_pairs} is below min_pairs {self.min_pairs} "
+                "(the cap would come before the first look)"
+            )
+        return self
 
 
 class SkyPilotSettings(_Section):
@@ -161,6 +191,14 @@ class SandboxSettings(_Section):
     (any user the kernel lets create one); auto: uid when the harness runs as root, else userns."""
     user: str = "nobody"
     """The unprivileged user the steps run as under the uid method."""
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if value.strip() in ("root", "0") or not value.strip():
+            raise ValueError(f"{value!r}: the steps must run as an unprivileged user (e.g. nobody)")
+        return value
+
     shared: list[str] = Field(default_factory=list)
     """Folders every build shares (caches): writable in the baseline's steps, read-only in the
     candidate's (ccache's folder is added when ccache is installed)."""
@@ -440,6 +478,22 @@ class Settings(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     """`autoresearch validate` and the check `run` makes before it starts."""
 
+    @model_validator(mode="after")
+    def _local_user(self) -> Settings:
+        """On a local fleet the steps' user is one of this machine's: it must exist, and not be
+        root under another name (a remote worker's harness checks its own, sandbox.user there)."""
+        if self.fleet.backend != "local" or self.sandbox.mode == "off" or self.sandbox.method == "userns":
+            return self
+        import pwd
+
+        try:
+            uid = pwd.getpwnam(self.sandbox.user).pw_uid
+        except KeyError:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: no such user on this machine") from None
+        if uid == 0:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: uid 0 is root; name an unprivileged user")
+        return self
+
 
 def _explain(error: ValidationError) -> str:
     first = error.errors()[0]
@@ -448,7 +502,10 @@ def _explain(error: ValidationError) -> str:
     got = ""
     if isinstance(given, bool | int | float) or (isinstance(given, str) and len(given) <= 60):
         got = f" (got {_toml_value(given)})"  # `true` vs 1, "2" vs 2: the type is the point
-    return f"{where}: {first['msg']}{got}"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if not first["loc"] and first["type"] == "value_error":
+        return message  # a rule across sections: its message names the keys
+    return f"{where}: {message}{got}"
 
 
 def parse_settings(data: dict[str, Any], origin: str) -> Settings:
@@ -472,6 +529,8 @@ def load_settings(path: Path) -> Settings:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed TOML (arrays or tables nested too deeply)") from None
     return parse_settings(data, str(path))
 
 

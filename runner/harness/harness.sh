@@ -193,6 +193,7 @@ ar_try() { # ar_try METHOD: plans for both sides and a trial step; 0 when it wor
     [ "$(id -u)" = 0 ] || { AR_WHY="uid: the harness is not root"; return 1; }
     AR_UID=$(id -u "$user" 2> /dev/null) && AR_GID=$(id -g "$user" 2> /dev/null) \
       || { AR_WHY="uid: no user $user"; return 1; }
+    [ "$AR_UID" != 0 ] || { AR_WHY="uid: $user is root (sandbox.user must be unprivileged)"; return 1; }
   fi
   for side in A B; do
     ar_plan "$side" "$method" > "$AR_STATE/plan-$side" \
