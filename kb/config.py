@@ -224,7 +224,8 @@ class LLMSettings(_Section):
     budget_usd: float = Field(5.0, ge=0.0)
     """LLM spending cap in dollars: no model call is made once it is reached."""
     timeout: float = Field(120.0, gt=0.0, le=MAX_SECONDS)
-    """Seconds one model call may take."""
+    """Seconds one model call may take, all of it: connecting, the answer's headers and body, and
+    every retry with the waits between (one deadline, as a paper's fetch has)."""
     max_retries: int = Field(3, ge=0, le=100)
     """Retries of a failed call (rate limits, server errors), with backoff."""
     temperature: float = Field(0.2, ge=0.0, le=2.0)
