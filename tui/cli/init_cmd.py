@@ -148,7 +148,7 @@ def cli(
     )
     ws = create_workspace(directory, spec)
     settings = ws.settings
-    dirty = uncommitted(settings.target.path, settings.target.baseline_commit)
+    dirty = uncommitted(settings.target.path, settings.target.baseline_commit, ws.mirror_path)
     # The workspace's scripts: the recipe's own (copied), else scaffolded from the commands given.
     scripts = [
         (name, "the llama.cpp recipe's" if Path(name).name in files else "scaffolded")
