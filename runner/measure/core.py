@@ -13,6 +13,7 @@ from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
 from kb.store.tables import ExperimentRow, PatchRow, RunRow
+from kb.textsafe import quoted
 from kb.workspace import Workspace
 from runner import stats
 from runner.fleet import Fleet
@@ -205,7 +206,7 @@ class RunnerCore:
             level = "info" if status in ("kept", "discarded", "inconclusive", "passed") else "warning"
             self._event(
                 "experiment_" + status,
-                f"experiment {exp_id} {exp['title']!r}: {status}"
+                f"experiment {exp_id} {quoted(exp['title'])}: {status}"
                 + (f" ({reason})" if reason else "")
                 + (f": {detail}" if detail else ""),
                 level=level,
@@ -214,7 +215,7 @@ class RunnerCore:
             )
         if status not in ("kept", "discarded", "inconclusive") or exp["kind"] == "self_test":
             self._say(
-                f"  exp {exp_id} {exp['title']!r}: {status}"
+                f"  exp {exp_id} {quoted(exp['title'])}: {status}"
                 + (f" ({reason})" if reason else "")
                 + (f": {detail}" if detail and status not in ("inconclusive", "passed") else "")
             )

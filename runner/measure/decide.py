@@ -9,6 +9,7 @@ from typing import Any
 from kb.db import now, transaction
 from kb.errors import UserError
 from kb.store import decisions, experiments, run_records, samples
+from kb.textsafe import quoted
 from runner import stats
 from runner.harness.protocol import WALL_METRIC
 from runner.measure.common import (
@@ -109,7 +110,7 @@ class Deciding(RunnerCore):
                 self._finish_experiment(exp_id, status, None, detail=decision.reason, cleanup=False)
         verdict = decision.status if final else "continue"
         self._say(
-            f"  exp {exp_id} {exp['title']!r}: {verdict} {stats.pct(decision.effect)} "
+            f"  exp {exp_id} {quoted(exp['title'])}: {verdict} {stats.pct(decision.effect)} "
             f"{stats.interval(decision.ci_low, decision.ci_high)} after {decision.pairs} pairs"
         )
         return final

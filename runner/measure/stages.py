@@ -36,6 +36,10 @@ class Stages(Researching):
         try:
             stop = self._waves()
             if self.options.final:
+                if self._spent is not None and self._spent.reason == "max_experiments":
+                    # --max-experiments counts the candidates a user budgets; the final stack and
+                    # its ablations measure what they won, and are measured (time and money stay).
+                    self._spent = None
                 self._set_phase("measuring")
                 self._final_stage()
             return stop
