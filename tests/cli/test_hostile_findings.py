@@ -51,7 +51,9 @@ def test_a_protected_path_written_with_dot_slash_protects_it(workspace: Workspac
         ('"../x"', "leaves the target tree"),
     ],
 )
-def test_a_protected_path_that_names_nothing_is_refused(workspace: Workspace, entry: str, reason: str) -> None:
+def test_a_protected_path_that_names_nothing_is_refused(
+    workspace: Workspace, entry: str, reason: str
+) -> None:
     set_config(workspace, r"^protect = \[\]$", f"protect = [{entry}]")
     before = state(workspace)
     done = real_cli(workspace, "queue", "list")
@@ -63,7 +65,9 @@ def test_a_protected_path_that_names_nothing_is_refused(workspace: Workspace, en
     ("user", "reason"),
     [("root", "must run as an unprivileged user"), ("no-such-user-here", "no such user on this machine")],
 )
-def test_a_sandbox_user_that_is_root_or_unknown_is_refused(workspace: Workspace, user: str, reason: str) -> None:
+def test_a_sandbox_user_that_is_root_or_unknown_is_refused(
+    workspace: Workspace, user: str, reason: str
+) -> None:
     set_config(workspace, r'^user = "nobody"$', f'user = "{user}"')
     done = real_cli(workspace, "validate", "--json")
     assert_one_line(done.returncode, done.stdout, done.stderr, 1, "sandbox.user", reason)
@@ -77,7 +81,9 @@ def test_min_pairs_above_max_pairs_is_refused_by_the_config(workspace: Workspace
 
 
 def test_deeply_nested_toml_is_one_line(workspace: Workspace) -> None:
-    workspace.config_path.write_text(workspace.config_path.read_text() + "deep = " + "[" * 50_000 + "]" * 50_000)
+    workspace.config_path.write_text(
+        workspace.config_path.read_text() + "deep = " + "[" * 50_000 + "]" * 50_000
+    )
     done = real_cli(workspace, "history")
     assert_one_line(done.returncode, done.stdout, done.stderr, 1, "malformed TOML", "nested too deeply")
 
@@ -89,7 +95,9 @@ def test_a_fork_source_not_in_the_knowledge_base_is_refused(workspace: Workspace
     )
     before = state(workspace)
     done = real_cli(workspace, "queue", "add", str(patch), "-t", "t", "--source", "fork:nowhere@0123abcd")
-    assert_one_line(done.returncode, done.stdout, done.stderr, 1, "fork:nowhere@0123abcd", "no fork 'nowhere'")
+    assert_one_line(
+        done.returncode, done.stdout, done.stderr, 1, "fork:nowhere@0123abcd", "no fork 'nowhere'"
+    )
     assert state(workspace) == before
 
 
@@ -148,7 +156,9 @@ def test_two_add_fork_of_one_fork_started_together_both_end_well(tmp_path: Path)
     repos = build_fork_repos(tmp_path / "repos")
     ws = create_workspace(tmp_path / "ws", TargetSpec(location=str(repos.upstream.path)))
     argv = [*EXE, "--workspace", str(ws.root), "kb", "add-fork", "ik", str(repos.fork.path)]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     assert all("Traceback" not in err for _, err in outs)

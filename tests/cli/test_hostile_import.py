@@ -14,7 +14,13 @@ from kb.db import connect, one, transaction
 from kb.workspace import Workspace
 from tests.cli.test_bad_input import assert_one_line, real_cli, state
 
-CONFIG = {"type": "config", "name": "hostile", "metricName": "tg", "metricUnit": "t/s", "bestDirection": "higher"}
+CONFIG = {
+    "type": "config",
+    "name": "hostile",
+    "metricName": "tg",
+    "metricUnit": "t/s",
+    "bestDirection": "higher",
+}
 
 
 def run_line(n: int, **fields: object) -> dict[str, object]:
@@ -63,7 +69,9 @@ BAD_LINES: dict[str, tuple[str, str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_LINES))
-def test_a_hostile_line_is_refused_with_file_and_line(workspace: Workspace, tmp_path: Path, case: str) -> None:
+def test_a_hostile_line_is_refused_with_file_and_line(
+    workspace: Workspace, tmp_path: Path, case: str
+) -> None:
     written, reason = BAD_LINES[case]
     log = write(tmp_path / "autoresearch.jsonl", [CONFIG, run_line(1), written, run_line(3)])
     before = state(workspace)
@@ -93,7 +101,9 @@ def test_a_results_tsv_time_out_of_range_is_refused(workspace: Workspace, tmp_pa
     )
     before = state(workspace)
     done = real_cli(workspace, "import", str(log))
-    assert_one_line(done.returncode, done.stdout, done.stderr, 1, f"{log}:3: ", "timestamp 1e+20 is out of range")
+    assert_one_line(
+        done.returncode, done.stdout, done.stderr, 1, f"{log}:3: ", "timestamp 1e+20 is out of range"
+    )
     assert state(workspace) == before
 
 

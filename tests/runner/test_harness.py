@@ -219,7 +219,9 @@ def test_a_step_output_reaches_the_log_line_by_line(tmp_path: Path) -> None:
         "STEP_B": "true",
     }
     with open(log, "wb") as out:
-        job = subprocess.Popen(["bash", "-c", RUN], cwd=workdir, env=envs, stdout=out, stderr=subprocess.STDOUT)
+        job = subprocess.Popen(
+            ["bash", "-c", RUN], cwd=workdir, env=envs, stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             started = time.monotonic()
             while "compiling one.c" not in log.read_text() and time.monotonic() - started < 3.5:

@@ -221,7 +221,9 @@ def test_a_server_dripping_its_answer_is_cut_at_the_deadline(  # type: ignore[no
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     with ScriptedLLM([{"drip": 1.0, "content": VALID}]) as server:
-        config = LLMConfig(model=server.litellm_model, api_base=server.base_url, timeout=3, max_retries=retries)
+        config = LLMConfig(
+            model=server.litellm_model, api_base=server.base_url, timeout=3, max_retries=retries
+        )
         c = LLMClient(db, config, backoff_s=0.2)
         started = time.monotonic()
         with pytest.raises(LLMError, match=r"Timeout: no answer within llm.timeout \(3 s\)"):
@@ -246,7 +248,9 @@ def test_the_deadline_holds_in_a_thread_too(tmp_path: Path, monkeypatch: pytest.
         def call() -> None:
             started = time.monotonic()
             try:
-                LLMClient(connect(tmp_path / "t.db"), config).complete_structured("research", MESSAGES, Answer)
+                LLMClient(connect(tmp_path / "t.db"), config).complete_structured(
+                    "research", MESSAGES, Answer
+                )
             except LLMError as exc:
                 outcome.extend([exc, time.monotonic() - started])
 
@@ -260,7 +264,9 @@ def test_the_deadline_holds_in_a_thread_too(tmp_path: Path, monkeypatch: pytest.
 def test_an_answer_without_a_choice_is_one_line(db, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    empty = {"payload": {"id": "x", "object": "chat.completion", "created": 1, "model": "scripted", "choices": []}}
+    empty = {
+        "payload": {"id": "x", "object": "chat.completion", "created": 1, "model": "scripted", "choices": []}
+    }
     with ScriptedLLM([empty]) as server:
         config = LLMConfig(model=server.litellm_model, api_base=server.base_url, max_retries=1)
         with pytest.raises(LLMError, match="after 2 attempts: EmptyAnswer: the answer holds no choice"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from kb.textsafe import inert
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, ROW_ID, Number
@@ -427,11 +428,12 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
         for e in h["evidence"]:
             echo(f"  {e['id']:>5} {e['kind']:<8} {_short(e['title'], 60)}  ({_short(e['source'], 40)})")
     for ref in h["sources"]:
-        echo(f"  source {ref}")
+        echo(f"  source {inert(ref)}")
     for p in h["patches"]:
+        # One line each: a file name may hold a newline (it would forge a line of its own).
         echo(
-            f"Patch {p['id']}: {p['author_kind']} {p['author'] or ''} apply={p['apply_status']} "
-            f"files={', '.join(p['files'])}"
+            f"Patch {p['id']}: {p['author_kind']} {inert(p['author'] or '')} apply={p['apply_status']} "
+            f"files={inert(', '.join(p['files']))}"
         )
         if p["apply_error"]:
             echo(f"  {_short(p['apply_error'], 200)}")
