@@ -17,8 +17,11 @@ import re
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from kb.workspace import Workspace
 
 PAYLOAD = (
     "\x1b]52;c;cm0gLXJmIH4K\x07"  # OSC 52: the clipboard becomes "rm -rf ~"
@@ -112,6 +115,63 @@ def model_title_answer(evidence_id: int) -> tuple[str, str]:
         }
     )
     return queries, answer
+
+
+@dataclass
+class Hostile:
+    ws: Workspace
+    root: Path
+    run: str
+    """The imported run's name."""
+    fork_sha: str
+    commit_evidence: int
+    imported_hypothesis: int
+    model_hypothesis: int
+    mined_hypothesis: int
+
+
+def hostile_workspace(root: Path) -> Iterator[Hostile]:
+    """One workspace holding hostile text from every source: an imported log, a fork added with
+    `kb add-fork` and mined, a model's hypothesis (`generate` with a scripted model)."""
+    import pytest
+
+    from kb.db import one
+    from kb.forks import add_fork
+    from kb.init import TargetSpec, create_workspace
+    from runner.llm import LLMClient, LLMConfig
+    from runner.record.importer import import_jsonl
+    from runner.research.generate import generate
+    from runner.research.miners import mine
+    from tests.conftest import GIT_ENV, make_repo
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(root))
+        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
+        for key, value in GIT_ENV.items():
+            mp.setenv(key, value)
+        target = make_repo(root / "target", {"src/fast.c": "int fast(void) { return 1; }\n"})
+        ws = create_workspace(root / "ws", TargetSpec(location=str(target)))
+        db = ws.db()
+        fork = make_hostile_fork(target, root / "fork", "src/fast.c")
+        add_fork(ws, db, "evil", str(fork.path))
+        commit = one(db, "SELECT id FROM evidence WHERE kind = 'commit' AND ref = ?", [fork.sha])
+        assert commit is not None
+        # The model first: its title would be merged into a near-duplicate (the payload's words).
+        answers: list[str | BaseException] = list(model_title_answer(commit["id"]))
+        client = LLMClient(db, LLMConfig(model="gpt-4o-mini"), mock_responses=answers)
+        report = generate(ws, db, client, n=1)
+        assert report.added, (report.rejected, report.merged)
+        [model_id] = report.added
+        mined = mine(ws, db)
+        [mined_id] = mined.fork_added
+        imported = import_jsonl(db, hostile_log(root / "autoresearch.jsonl"))
+        first = one(
+            db,
+            "SELECT h.id FROM hypotheses h WHERE h.origin = 'import' ORDER BY h.id LIMIT 1",
+        )
+        assert first is not None
+        yield Hostile(ws, root, imported[0].name, fork.sha, commit["id"], first["id"], model_id, mined_id)
 
 
 class RawHTTPServer:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,28 +24,15 @@ from tests.hostile_support import (
     MARKUP,
     PAYLOAD,
     SHOWN,
+    Hostile,
     RawHTTPServer,
     hostile_log,
     hostile_responses,
-    make_hostile_fork,
-    model_title_answer,
+    hostile_workspace,
     raw_sequences,
 )
 
 AUTORESEARCH = Path(sys.executable).with_name("autoresearch")
-
-
-@dataclass
-class Hostile:
-    ws: Workspace
-    root: Path
-    run: str
-    """The imported run's name."""
-    fork_sha: str
-    commit_evidence: int
-    imported_hypothesis: int
-    model_hypothesis: int
-    mined_hypothesis: int
 
 
 def on_terminal(ws: Workspace, *args: str, timeout: float = 120) -> tuple[int, str]:
@@ -90,45 +76,7 @@ def assert_inert(out: str, *, shown: str | None = SHOWN) -> None:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
-    """One workspace holding hostile text from every source: an imported log, a fork added with
-    `kb add-fork` and mined, a model's hypothesis (`generate` with a scripted model)."""
-    from kb.forks import add_fork
-    from kb.init import TargetSpec, create_workspace
-    from runner.llm import LLMClient, LLMConfig
-    from runner.record.importer import import_jsonl
-    from runner.research.generate import generate
-    from runner.research.miners import mine
-    from tests.conftest import GIT_ENV, make_repo
-
-    root = tmp_path_factory.mktemp("hostile")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HOME", str(root))
-        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
-        mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
-        for key, value in GIT_ENV.items():
-            mp.setenv(key, value)
-        target = make_repo(root / "target", {"src/fast.c": "int fast(void) { return 1; }\n"})
-        ws = create_workspace(root / "ws", TargetSpec(location=str(target)))
-        db = ws.db()
-        fork = make_hostile_fork(target, root / "fork", "src/fast.c")
-        add_fork(ws, db, "evil", str(fork.path))
-        commit = one(db, "SELECT id FROM evidence WHERE kind = 'commit' AND ref = ?", [fork.sha])
-        assert commit is not None
-        # The model first: its title would be merged into a near-duplicate (the payload's words).
-        answers: list[str | BaseException] = list(model_title_answer(commit["id"]))
-        client = LLMClient(db, LLMConfig(model="gpt-4o-mini"), mock_responses=answers)
-        report = generate(ws, db, client, n=1)
-        assert report.added, (report.rejected, report.merged)
-        [model_id] = report.added
-        mined = mine(ws, db)
-        [mined_id] = mined.fork_added
-        imported = import_jsonl(db, hostile_log(root / "autoresearch.jsonl"))
-        first = one(
-            db,
-            "SELECT h.id FROM hypotheses h WHERE h.origin = 'import' ORDER BY h.id LIMIT 1",
-        )
-        assert first is not None
-        yield Hostile(ws, root, imported[0].name, fork.sha, commit["id"], first["id"], model_id, mined_id)
+    yield from hostile_workspace(tmp_path_factory.mktemp("hostile"))
 
 
 def test_the_database_keeps_what_came_in(hostile: Hostile) -> None:
