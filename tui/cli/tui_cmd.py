@@ -8,8 +8,6 @@ from pathlib import Path
 
 import click
 
-from tui.cli.common import echo
-
 PANES = ("knowledge", "hypotheses", "fleet", "history")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -81,6 +79,7 @@ def locate(ctx: click.Context) -> Path:
 
 
 def _serve(root: str, pane: str, host: str, port: int, public_url: str | None) -> None:
+    from tui.cli.common import echo  # the workspace's modules: not on the console's start-up path
     from tui.serve import ConsoleServer
 
     command = shlex.join([sys.executable, "-m", "tui.cli", "--workspace", root, "tui", "--pane", pane])
