@@ -91,7 +91,8 @@ def test_deeply_nested_toml_is_one_line(workspace: Workspace) -> None:
 def test_a_fork_source_not_in_the_knowledge_base_is_refused(workspace: Workspace, tmp_path: Path) -> None:
     patch = tmp_path / "readme.diff"
     patch.write_text(
-        "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-target\n+faster\n"
+        "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+        "@@ -1 +1 @@\n-target\n+faster\n"
     )
     before = state(workspace)
     done = real_cli(workspace, "queue", "add", str(patch), "-t", "t", "--source", "fork:nowhere@0123abcd")
