@@ -246,7 +246,7 @@ class FleetScreen(AppScreen):
             widget.update(Text("no experiment selected", style="grey50"))
             return
         name = chosen.log_path.rsplit("/", 1)[-1] if chosen.log_path else "no log yet"
-        widget.border_title = f"log · #{chosen.id} · {name} · l opens it"
+        widget.border_title = Text(f"log · #{chosen.id} · {name} · l opens it")  # never markup
         text = Text(
             "\n".join(tail) if tail else "(empty)",
             style="" if tail else "grey50",
