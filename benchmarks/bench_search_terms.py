@@ -52,7 +52,9 @@ def main() -> None:
                 started = time.perf_counter()
                 hits = search(db, query)
                 took = (time.perf_counter() - started) * 1000
-                print(f"  {n:5} terms  {label:18} {took:10.1f} ms ({took / n:7.2f} ms/term)  hits {len(hits)}")
+                print(
+                    f"  {n:5} terms  {label:18} {took:10.1f} ms ({took / n:7.2f} ms/term)  hits {len(hits)}"
+                )
 
 
 if __name__ == "__main__":

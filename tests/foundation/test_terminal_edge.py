@@ -88,9 +88,9 @@ def _console_bypasses(path: Path) -> list[str]:
             first = node.args[0]
             inert = isinstance(first, ast.Call) and getattr(first.func, "id", "") == "inert_lines"
             literal = isinstance(first, ast.Constant)
-            if name == "Syntax" or (isinstance(func, ast.Attribute) and not inert and not literal):
-                if not inert:
-                    found.append(f"{where}:{node.lineno}: {name}(...) of text not passed through inert_lines")
+            method = isinstance(func, ast.Attribute) and not literal
+            if not inert and (name == "Syntax" or method):
+                found.append(f"{where}:{node.lineno}: {name}(...) of text not passed through inert_lines")
     return found
 
 

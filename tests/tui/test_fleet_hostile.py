@@ -45,7 +45,9 @@ def hostile_build_diff(target: Path) -> str:
 
 
 @async_test
-async def test_build_output_watched_live_in_the_fleet_pane_is_inert(app_on: AppFactory, tmp_path: Path) -> None:
+async def test_build_output_watched_live_in_the_fleet_pane_is_inert(
+    app_on: AppFactory, tmp_path: Path
+) -> None:
     ws, target = make_workspace(
         tmp_path, fleet={"parallel": 1}, policy={"min_pairs": 3, "batch_pairs": 3, "max_pairs": 3}
     )
@@ -70,7 +72,9 @@ async def test_build_output_watched_live_in_the_fleet_pane_is_inert(app_on: AppF
             # Live: the build is still sleeping after its line (not one 4 KiB block at its end).
             exp = one(db, "SELECT id, status, phase FROM experiments WHERE kind = 'candidate'")
             assert exp is not None and exp["status"] == "running" and exp["phase"] == "build", exp
-            await shows_inert(pilot, "^[]52;c;cm0gLXJmIH4K^G^[]0;pwned-title^G^[[2J[bold red]markup[/bold red]")
+            await shows_inert(
+                pilot, "^[]52;c;cm0gLXJmIH4K^G^[]0;pwned-title^G^[[2J[bold red]markup[/bold red]"
+            )
             await pilot.press("l")
             await settle(pilot)
             assert isinstance(app.screen, LogScreen)

@@ -6,12 +6,12 @@ SkyPilot clusters down through runner/fleet/skypilot/ (whose `sdk` is the one mo
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from kb.jsoncol import decoded_dict
 from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number
 
@@ -27,8 +27,7 @@ def cli() -> None:
 
 
 def _meta(raw: str | None) -> dict[str, Any]:
-    value = json.loads(raw) if raw else {}
-    return value if isinstance(value, dict) else {}
+    return decoded_dict(raw)
 
 
 def _age(seconds: float) -> str:

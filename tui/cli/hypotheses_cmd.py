@@ -6,15 +6,15 @@ inside the command: `hypotheses list` and `hypotheses mine` never import it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from kb.jsoncol import decoded_dict
 from kb.textsafe import inert
-from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
+from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS, SOURCE_FORMS
 from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
-from tui.cli.params import MAX_INT, ROW_ID, Number
+from tui.cli.params import MAX_INT, ROW_ID, TEXT, Number
 
 _MODEL = click.option(
     "--model", default=None, help="litellm model string (default: llm.model in the config)."
@@ -34,11 +34,59 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@cli.command("add")
+@click.argument("title", type=TEXT)
+@click.option(
+    "--evidence",
+    "evidence_ids",
+    type=ROW_ID,
+    multiple=True,
+    help="An evidence id it cites (repeatable; `autoresearch kb search` finds them).",
+)
+@click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {SOURCE_FORMS}.")
+@click.option("--rationale", default="", help="Why it should help (what the evidence says).")
+@click.option("--expected-effect", type=Number(), default=None, help="Expected gain, e.g. 0.05 for +5%.")
+@json_option
+@click.pass_context
+def add(
+    ctx: click.Context,
+    title: str,
+    evidence_ids: tuple[int, ...],
+    sources: tuple[str, ...],
+    rationale: str,
+    expected_effect: float | None,
+    as_json: bool,
+) -> None:
+    """Propose a hypothesis of your own, citing its evidence (at least one --evidence or --source).
+
+    It waits as `proposed`; queue a patch for it with `autoresearch queue add PATCH --hypothesis ID`
+    (or approve it for the autopilot's patch writer)."""
+    from runner.submit import propose
+
+    added = propose(
+        workspace(ctx),
+        title,
+        evidence_ids=evidence_ids,
+        sources=sources,
+        rationale=rationale,
+        expected_effect=expected_effect,
+    )
+    if as_json:
+        echo_json(added.to_json())
+        return
+    echo(f"proposed hypothesis {added.hypothesis}: {added.title}")
+    if added.evidence:
+        echo(f"  cites   evidence {', '.join(map(str, added.evidence))}")
+    if added.sources:
+        echo(f"  sources {', '.join(added.sources)}")
+
+
 @cli.command("mine")
 @json_option
 @click.pass_context
 def mine(ctx: click.Context, as_json: bool) -> None:
-    """Turn backend gaps and fork commits into hypotheses (no LLM). Re-running adds nothing twice."""
+    """Turn what the knowledge base holds (backend gaps, fork commits, ...) into hypotheses, with
+    every registered miner (no LLM). Re-running adds nothing twice."""
     from runner.research.miners import mine as run_miners
 
     ws = workspace(ctx)
@@ -47,16 +95,7 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    echo(
-        f"Added {len(report.gap_added)} backend-gap and {len(report.fork_added)} fork-commit hypotheses"
-        + (
-            f" ({len(report.conflicts)} fork patches do not apply to the baseline as they are: "
-            f"{len(report.rebased)} rebased by a three-way merge, {len(report.needs_port)} "
-            f"{'waits' if len(report.needs_port) == 1 else 'wait'} as needs_port)"
-            if report.conflicts
-            else ""
-        )
-    )
+    echo(report.line())
     if report.skipped:
         echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
     if report.left_out:
@@ -71,26 +110,10 @@ def mine(ctx: click.Context, as_json: bool) -> None:
             f"Ranked {report.ranked['ranked']} hypotheses; {report.ranked['families']} families of fork "
             f"commits on the same functions ({report.ranked['in_families']} hypotheses in them)"
         )
-    if not report.gap_added and not report.fork_added:
+    if not report.all_added:
         for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
             echo(line)
 
-
-# What each skip reason means and what would change it.
-_SKIP_HELP = {
-    "already_mined": "already a hypothesis (see `hypotheses list`)",
-    "not_missing_in_target": "gaps the target backend ({target}) does not have: kb.inventory.target_backend "
-    "names the backend being optimised",
-    "outside_paths_of_interest": "fork commits outside target.paths_of_interest (widen it in the config)",
-    "upstreamed": "fork commits the target already has (same patch-id)",
-    "already_in_baseline": "fork commits whose change the baseline already contains",
-    "protected_path": "fork commits that touch a protected path (the benchmark, checks, target.protect)",
-    "truncated_diff": "fork commits whose diff was cut at kb.max_commit_diff_bytes",
-    "empty_diff": "fork commits with no diff (merges)",
-    "not_target_backend": "fork commits that touch only other backends' files "
-    "(hypotheses.skip_other_backends)",
-    "skipped_area": "fork commits that touch only hypotheses.skip_areas (docs, web UI, server, build, ...)",
-}
 
 _FILL_QUEUE = (
     "Papers become hypotheses only through a model (`autoresearch hypotheses generate --model MODEL`) or a "
@@ -101,6 +124,7 @@ _FILL_QUEUE = (
 def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[str]:
     """Why `mine` added nothing, and what would give it something to mine."""
     from kb.store.knowledge import fork_count, gap_count
+    from runner.research.miners import reasons
 
     gaps = gap_count(db)
     forks = fork_count(db)
@@ -115,8 +139,9 @@ def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[st
             "  No forks: `autoresearch kb add-fork NAME URL` fetches one; its commits that touch "
             "target.paths_of_interest become hypotheses."
         )
+    meaning = reasons()
     for reason, n in sorted(skipped.items()):
-        lines.append(f"  {n} skipped: {_SKIP_HELP.get(reason, reason).format(target=target)}.")
+        lines.append(f"  {n} skipped: {meaning.get(reason, reason).format(target=target)}.")
     lines.append("  " + _FILL_QUEUE)
     return lines
 
@@ -225,7 +250,7 @@ def reflect(
             {
                 "wave": wave,
                 "evidence_id": evidence_id,
-                "meta": json.loads((note.meta if note else None) or "{}"),
+                "meta": decoded_dict(note.meta if note else None),
                 "body": note.body if note else None,
             }
         )
@@ -369,39 +394,16 @@ def rank(ctx: click.Context, as_json: bool) -> None:
     )
 
 
-def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from kb.errors import UserError
-    from kb.store import hypotheses as store
-
-    stored = store.stored(db, hypothesis_id)
-    if stored is None:
-        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
-    family = stored["family"]
-    row: dict[str, Any] = dict(stored)
-    row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
-    row["sources"] = store.source_refs(db, hypothesis_id)
-    row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
-    from kb.store.queue import queue_row
-
-    queued = queue_row(db, hypothesis_id)
-    row["rank_why"] = queued.rank_why
-    row["priority_set"] = queued.priority_set
-    row["outcome"] = queued.outcome
-    row["waits_behind"] = queued.waits_behind
-    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
-    return row
-
-
 @cli.command("show")
 @click.argument("hypothesis_id", type=ROW_ID)
 @json_option
 @click.pass_context
 def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     """One hypothesis: rationale, evidence, patches."""
+    from runner.hypotheses import details
+
     db = workspace(ctx).db()
-    h = _details(db, hypothesis_id)
+    h = details(db, hypothesis_id)
     if as_json:
         echo_json(h)
         return
