@@ -164,7 +164,7 @@ def hostile_workspace(root: Path) -> Iterator[Hostile]:
         assert report.added, (report.rejected, report.merged)
         [model_id] = report.added
         mined = mine(ws, db)
-        [mined_id] = mined.fork_added
+        [mined_id] = mined.added["fork"]
         imported = import_jsonl(db, hostile_log(root / "autoresearch.jsonl"))
         first = one(
             db,

@@ -281,7 +281,13 @@ def test_a_shared_cache_is_written_by_the_baseline_only(tmp_path: Path) -> None:
 
 
 def test_required_refuses_to_run_without_isolation(tmp_path: Path) -> None:
-    ws, workdir = prepared(tmp_path, sandbox={"mode": "required", "method": "uid", "user": "no-such-user"})
+    # A worker without that user: the config refuses an unknown user for a local fleet (issue 29),
+    # so it is a SkyPilot workspace here, whose workers' harness checks the user itself.
+    ws, workdir = prepared(
+        tmp_path,
+        sandbox={"mode": "required", "method": "uid", "user": "no-such-user"},
+        fleet={"backend": "skypilot"},
+    )
     out, parser = run_steps(ws, workdir, "echo RAN", "echo RAN")
     assert parser.state.isolation == "none" and "no user no-such-user" in parser.state.isolation_detail
     assert parser.state.status == "failed" and parser.state.reason == "sandbox" and "RAN" not in out, out
