@@ -77,7 +77,8 @@ def test_min_pairs_above_max_pairs_is_refused_by_the_config(workspace: Workspace
     set_config(workspace, r"^max_pairs = 80$", "max_pairs = 4")
     for args in (["validate"], ["history"], ["queue", "list"]):
         done = real_cli(workspace, *args)
-        assert_one_line(done.returncode, done.stdout, done.stderr, 1, "max_pairs 4: must be at least min_pairs (8)")
+        line = "max_pairs 4: must be at least min_pairs (8)"
+        assert_one_line(done.returncode, done.stdout, done.stderr, 1, line)
 
 
 def test_deeply_nested_toml_is_one_line(workspace: Workspace) -> None:
