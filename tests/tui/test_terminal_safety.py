@@ -104,3 +104,58 @@ async def test_history_pane_survives_impossible_times(app_on: AppFactory, tmp_pa
         await shows_inert(pilot, "1e+20?")
         await pilot.press("down")
         await shows_inert(pilot, "1e+20?")
+
+
+def test_the_console_in_a_real_terminal_writes_no_payload(hostile: Hostile) -> None:
+    """The installed `autoresearch tui` on a pseudo-terminal: its byte stream (Textual's own
+    escape sequences and all) holds none of the payload's sequences, and the payload drawn inert."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+    import time
+
+    exe = Path(sys.executable).with_name("autoresearch")
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "tui.cli"]
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    proc = subprocess.Popen(
+        [*argv, "--workspace", str(hostile.ws.root), "tui", "--pane", "hypotheses"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color", "TEXTUAL_ANIMATIONS": "none"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    data = b""
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        nonlocal data
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until and until in data):
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    data += os.read(master, 1 << 16)
+                except OSError:
+                    return
+
+    try:
+        read_for(60, until=b"Model: prefetch")
+        read_for(1.0)
+        os.write(master, b"q")
+        read_for(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        os.close(master)
+    assert b"Model: prefetch" in data, data[-2000:]
+    for raw in (b"\x1b]52;c;cm0gLXJmIH4K", b"\x1b]0;pwned-title", b"\x1b]0;author-title", "\u202e".encode(),
+                b"\xc2\x9b31m", b"\x1b[8mhidden"):  # fmt: skip
+        assert raw not in data, raw
+    assert b"^[]52;c;" in data
