@@ -59,6 +59,27 @@ class TargetSettings(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the build, benchmark and checks (e.g. AUTORESEARCH_GGUF=model path)."""
 
+    @field_validator("protect")
+    @classmethod
+    def _protect(cls, value: list[str]) -> list[str]:
+        return [tree_path(entry, "protect") for entry in value]
+
+
+def tree_path(entry: str, key: str) -> str:
+    """A path inside the target tree as git names it (`./speed.txt` and `speed.txt/` are
+    `speed.txt`); one that names no path there (empty, `.`, spaces around it, absolute, `..`) is
+    refused: it would protect nothing, or everything."""
+    if entry != entry.strip():
+        raise ValueError(f"{entry!r}: spaces around a path (git's names have none there; remove them)")
+    if entry.startswith("/"):
+        raise ValueError(f"{entry!r}: a path inside the target tree, relative to its top (not absolute)")
+    parts = [part for part in entry.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{entry!r}: `..` leaves the target tree")
+    if not parts:
+        raise ValueError(f"{entry!r}: names the whole tree, not a path in it ({key} lists files or folders)")
+    return "/".join(parts)
+
 
 class GuardSettings(_Section):
     metric: str
@@ -179,6 +200,14 @@ class SandboxSettings(_Section):
     (any user the kernel lets create one); auto: uid when the harness runs as root, else userns."""
     user: str = "nobody"
     """The unprivileged user the steps run as under the uid method."""
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if value.strip() in ("root", "0") or not value.strip():
+            raise ValueError(f"{value!r}: the steps must run as an unprivileged user (e.g. nobody)")
+        return value
+
     shared: list[str] = Field(default_factory=list)
     """Folders every build shares (caches): writable in the baseline's steps, read-only in the
     candidate's (ccache's folder is added when ccache is installed)."""
@@ -204,7 +233,8 @@ class LLMSettings(_Section):
     budget_usd: float = Field(5.0, ge=0.0)
     """LLM spending cap in dollars: no model call is made once it is reached."""
     timeout: float = Field(120.0, gt=0.0, le=MAX_SECONDS)
-    """Seconds one model call may take."""
+    """Seconds one model call may take, all of it: connecting, the answer's headers and body, and
+    every retry with the waits between (one deadline, as a paper's fetch has)."""
     max_retries: int = Field(3, ge=0, le=100)
     """Retries of a failed call (rate limits, server errors), with backoff."""
     temperature: float = Field(0.2, ge=0.0, le=2.0)
@@ -510,6 +540,22 @@ class Settings(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     """`autoresearch validate` and the check `run` makes before it starts."""
 
+    @model_validator(mode="after")
+    def _local_user(self) -> Settings:
+        """On a local fleet the steps' user is one of this machine's: it must exist, and not be
+        root under another name (a remote worker's harness checks its own, sandbox.user there)."""
+        if self.fleet.backend != "local" or self.sandbox.mode == "off" or self.sandbox.method == "userns":
+            return self
+        import pwd
+
+        try:
+            uid = pwd.getpwnam(self.sandbox.user).pw_uid
+        except KeyError:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: no such user on this machine") from None
+        if uid == 0:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: uid 0 is root; name an unprivileged user")
+        return self
+
 
 def _explain(error: ValidationError) -> str:
     first = error.errors()[0]
@@ -519,7 +565,10 @@ def _explain(error: ValidationError) -> str:
     if isinstance(given, bool | int | float) or (isinstance(given, str) and len(given) <= 60):
         got = f" (got {_toml_value(given)})"  # `true` vs 1, "2" vs 2: the type is the point
     # A validator's own words come without pydantic's "Value error, " in front of them.
-    return f"{where}: {first['msg'].removeprefix('Value error, ')}{got}"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if not first["loc"] and first["type"] == "value_error":
+        return message  # a rule across sections: its message names the keys
+    return f"{where}: {message}{got}"
 
 
 def parse_settings(data: dict[str, Any], origin: str) -> Settings:
@@ -543,6 +592,8 @@ def load_settings(path: Path) -> Settings:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed TOML (arrays or tables nested too deeply)") from None
     return parse_settings(data, str(path))
 
 

@@ -39,6 +39,7 @@ from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.forkfiles import ForkFile, compare_files, store_files
 from kb.forklist import Fork, ForkCommit, list_commits, list_forks
+from kb.forklock import fork_lock
 from kb.forklog import LOG_FORMAT, MinedCommit, evidence_body, parse_log
 from kb.forkpoint import ForkPoint, find_fork_point
 from kb.jsoncol import decoded_dict, decoded_list
@@ -180,7 +181,21 @@ def add_fork(
 
     `location` may be left out for a fork already recorded, or one the config's `[reading]` forks
     suggest (its URL, branch and fork point are used). `fork_point` names the fork's commit where it
-    left the target, for a target with no history to find it by; it is remembered for refreshes."""
+    left the target, for a target with no history to find it by; it is remembered for refreshes.
+    One process at a time per workspace (kb/forklock.py): a second one waits, then refreshes."""
+    with fork_lock(ws.root):
+        return _add_fork_locked(ws, db, name, location, branch=branch, fork_point=fork_point)
+
+
+def _add_fork_locked(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    name: str,
+    location: str | None = None,
+    *,
+    branch: str | None = None,
+    fork_point: str | None = None,
+) -> ForkResult:
     started = time.perf_counter()
     req = _request(ws, db, name, location, branch, fork_point)
     repo = gitrepo.open_repo(ws.mirror_path)

@@ -154,12 +154,15 @@ def _stem_phrase(text: str) -> str:
 
 
 def _expression(query: str, stems: bool) -> str:
-    parts: list[str] = []
+    """The FTS5 expression: groups of terms joined by OR, the groups ANDed. A term or a group given
+    again adds nothing to what matches, and FTS5 pays for each phrase of a row again in bm25 (a
+    thousand `t*` took minutes): each is kept once, so the cost grows with the distinct terms."""
+    groups: list[list[str]] = []
     pending_or = False
     for match in _TOKEN.finditer(query):
         phrase, word = match.group(1), match.group(2)
         if word == "OR":
-            pending_or = bool(parts)
+            pending_or = bool(groups)
             continue
         text = phrase if phrase is not None else word
         prefix = False
@@ -173,11 +176,12 @@ def _expression(query: str, stems: bool) -> str:
             term = _stem_phrase(text)
         else:
             term = _stem_term(text, prefix)
-        if pending_or and parts:
-            parts[-1] = f"{parts[-1]} OR {term}"
+        if pending_or and groups:
+            groups[-1].append(term)
         else:
-            parts.append(term)
+            groups.append([term])
         pending_or = False
+    parts = list(dict.fromkeys(" OR ".join(dict.fromkeys(group)) for group in groups))
     if not parts:
         raise UserError(f"{query!r}: nothing to search for (give at least one word)")
     expression = " AND ".join(f"({p})" if " OR " in p or " AND " in p else p for p in parts)

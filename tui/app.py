@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from kb.errors import UserError
 from kb.packaged import packaged
+from kb.textsafe import inert
 from tui import data
 from tui.host import Clock
 from tui.messages import DatabaseChanged, ProcessFinished
@@ -127,6 +129,19 @@ class AutoresearchApp(App[None]):
     def notify_changed(self) -> None:
         """This process wrote: refresh now rather than at the next poll."""
         self.db_changed.publish(-1)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A toast; its text is never markup and always inert: messages quote run names, errors,
+        a spawned command's output (kb/textsafe.py). Every widget's `notify` lands here."""
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
 
     # --- errors: one handler for every worker ----------------------------------------------------
 

@@ -12,13 +12,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kb.errors import UserError
+from kb.textsafe import inert
 
 
 def user_line(exc: BaseException, database: Callable[[], Path | None]) -> str | None:
     """The one line for a failure the user can act on, or None for a bug: UserError (bad input or
     state), SQLite failures that are the environment's (a lock held too long, a read-only or full
     disk; `database()` names the file when it can), OS errors on a named file, and a number too
-    large for SQLite that reached a query unchecked."""
+    large for SQLite that reached a query unchecked. The line is inert (kb/textsafe.py): it quotes
+    file names, a server's reply, commit subjects, and a newline in them would forge a line."""
+    line = _line(exc, database)
+    return None if line is None else inert(line)
+
+
+def _line(exc: BaseException, database: Callable[[], Path | None]) -> str | None:
     if isinstance(exc, UserError):
         return str(exc)
     if isinstance(exc, sqlite3.Error):

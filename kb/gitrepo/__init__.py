@@ -60,4 +60,5 @@ from kb.gitrepo.plumbing import run as run
 from kb.gitrepo.plumbing import run_unchecked as run_unchecked
 from kb.gitrepo.plumbing import set_branch as set_branch
 from kb.gitrepo.plumbing import worktree_add as worktree_add
+from kb.gitrepo.plumbing import worktree_changes as worktree_changes
 from kb.gitrepo.plumbing import worktree_remove as worktree_remove

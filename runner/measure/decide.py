@@ -9,6 +9,7 @@ from kb.db import now, transaction
 from kb.errors import UserError
 from kb.jsoncol import decoded_dict
 from kb.store import decisions, experiments, run_records, samples
+from kb.textsafe import quoted
 from runner import stats
 from runner.harness.protocol import WALL_METRIC
 from runner.measure.common import finite, stored_policy
@@ -88,7 +89,7 @@ class Decider:
                 self.lifecycle.finish(exp_id, status, None, detail=decision.reason, cleanup=False)
         verdict = decision.status if final else "continue"
         ctx.say(
-            f"  exp {exp_id} {exp['title']!r}: {verdict} {stats.pct(decision.effect)} "
+            f"  exp {exp_id} {quoted(exp['title'])}: {verdict} {stats.pct(decision.effect)} "
             f"{stats.interval(decision.ci_low, decision.ci_high)} after {decision.pairs} pairs"
         )
         return final

@@ -10,6 +10,7 @@ from kb.db import now, transaction
 from kb.jsoncol import decoded_dict
 from kb.store import events, experiments, jobs, samples
 from kb.store.tables import ExperimentRow
+from kb.textsafe import quoted
 from runner.fleet import JobRef, JobSpec, JobStatus, Worker
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.joblog import read_new, write_step_logs
@@ -124,7 +125,7 @@ class JobRunner:
         parser = LogParser(nonce, range(pair_start, pair_start + pairs))
         self.live.add(ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline))
         self.ctx.say(
-            f"  exp {exp['id']} {exp['title']!r}: batch {batch}, "
+            f"  exp {exp['id']} {quoted(exp['title'])}: batch {batch}, "
             f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
         )
 

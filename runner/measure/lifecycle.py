@@ -11,6 +11,7 @@ from kb.errors import UserError
 from kb.jsoncol import decoded, decoded_dict
 from kb.store import decisions, experiments, hypotheses, jobs, run_records
 from kb.store.tables import ExperimentRow, PatchRow
+from kb.textsafe import quoted
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.harness.prepare import remove_workdir
 from runner.measure.common import MAX_RETRIES, RunSummary
@@ -102,7 +103,7 @@ class Lifecycle:
             level = "info" if status in ("kept", "discarded", "inconclusive", "passed") else "warning"
             ctx.event(
                 "experiment_" + status,
-                f"experiment {exp_id} {exp['title']!r}: {status}"
+                f"experiment {exp_id} {quoted(exp['title'])}: {status}"
                 + (f" ({reason})" if reason else "")
                 + (f": {detail}" if detail else ""),
                 level=level,
@@ -111,7 +112,7 @@ class Lifecycle:
             )
         if status not in ("kept", "discarded", "inconclusive") or exp["kind"] == "self_test":
             ctx.say(
-                f"  exp {exp_id} {exp['title']!r}: {status}"
+                f"  exp {exp_id} {quoted(exp['title'])}: {status}"
                 + (f" ({reason})" if reason else "")
                 + (f": {detail}" if detail and status not in ("inconclusive", "passed") else "")
             )

@@ -50,6 +50,11 @@ class Stages:
         try:
             stop = self._waves()
             if self.ctx.state.options.final:
+                spent = self.ctx.state.spent
+                if spent is not None and spent.reason == "max_experiments":
+                    # --max-experiments counts the candidates a user budgets; the final stack and
+                    # its ablations measure what they won, and are measured (time and money stay).
+                    self.ctx.state.spent = None
                 self.ctx.set_phase("measuring")
                 self._final_stage()
             return stop

@@ -28,6 +28,7 @@ from kb.errors import UserError
 from kb.jsoncol import decoded_dict
 from kb.store import research as store
 from kb.store.tables import ExperimentRow
+from kb.textsafe import quoted
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.hypotheses import mark_repeat, runnable
 from runner.research_io import ResearchReport, ResearchRequest
@@ -260,7 +261,7 @@ def results_table(db: sqlite_utils.Database, limit: int = RESULTS_SHOWN) -> str:
         detail = str((decoded_dict(r["meta"])).get("detail") or "")
         why = "; ".join(x for x in (r["reason"] or "", detail[:160]) if x)
         lines.append(
-            f"  #{r['hypothesis_id']} exp {r['id']} {r['title']!r}: {r['status']}, {effect}"
+            f"  #{r['hypothesis_id']} exp {r['id']} {quoted(r['title'])}: {r['status']}, {effect}"
             + (f" ({why})" if why else "")
         )
     return "\n".join(lines)

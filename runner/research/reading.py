@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kb.errors import UserError
 from kb.store.research_log import papers_read
+from kb.textsafe import quoted
 from runner.research_io import ResearchReport, ResearchRequest
 
 if TYPE_CHECKING:
@@ -103,4 +104,5 @@ class Reader:
                 )
                 if result.status == "added":
                     budget -= 1
-                    self.say(f"  read {cand.title!r} (query {query!r}, {found.source}): {result.message}")
+                    where = f"query {quoted(query)}, {found.source}"
+                    self.say(f"  read {quoted(cand.title)} ({where}): paper {result.source_id}")

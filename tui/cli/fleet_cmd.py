@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kb.jsoncol import decoded_dict
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
         echo_json({"workers": workers, "runs": totals})
         return
     if not workers:
-        click.echo("No workers" + ("." if show_all else " up (--all shows past ones)."))
+        echo("No workers" + ("." if show_all else " up (--all shows past ones)."))
         return
     headers = ["id", "run", "name", "backend", "status", "phase", "noise", "$/h", "cost", "age", "reason"]
     if refresh:
@@ -132,9 +132,9 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
             line.insert(6, w.get("sky_status", ""))
         table.append(line)
     echo_table(headers, table)
-    click.echo("")
+    echo("")
     for t in totals:
-        click.echo(
+        echo(
             f"run {t['run']} ({t['status']}): VM ${t['vm_usd']:.4f} "
             f"(experiments ${t['experiments_usd']:.4f}), LLM ${t['llm_usd']:.4f}"
         )
@@ -172,9 +172,9 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
     chosen = [c for c in candidates if c not in kept]
     if not as_json:
         for c in kept:
-            click.echo(f"kept {c.name}: its run {c.run_id} is live (--all downs it too)", err=True)
+            echo(f"kept {c.name}: its run {c.run_id} is live (--all downs it too)", err=True)
         if chosen:
-            click.echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
+            echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
     started = time.monotonic()
     after = down_workers(db, [c.id for c in chosen], wait=wait) if chosen else []
     results = [
@@ -197,7 +197,7 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
             }
         )
     elif not chosen:
-        click.echo("Nothing to down.")
+        echo("Nothing to down.")
     else:
         echo_table(
             ["id", "name", "run", "teardown"],

@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from kb.jsoncol import decoded_dict
+from kb.textsafe import inert
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS, SOURCE_FORMS
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, ROW_ID, TEXT, Number
 
 _MODEL = click.option(
@@ -73,11 +74,11 @@ def add(
     if as_json:
         echo_json(added.to_json())
         return
-    click.echo(f"proposed hypothesis {added.hypothesis}: {added.title}")
+    echo(f"proposed hypothesis {added.hypothesis}: {added.title}")
     if added.evidence:
-        click.echo(f"  cites   evidence {', '.join(map(str, added.evidence))}")
+        echo(f"  cites   evidence {', '.join(map(str, added.evidence))}")
     if added.sources:
-        click.echo(f"  sources {', '.join(added.sources)}")
+        echo(f"  sources {', '.join(added.sources)}")
 
 
 @cli.command("mine")
@@ -94,24 +95,24 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(report.line())
+    echo(report.line())
     if report.skipped:
-        click.echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
+        echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
     if report.left_out:
         top = sorted(report.left_out.items(), key=lambda kv: (-kv[1], kv[0]))
-        click.echo(
+        echo(
             "Left out of the queue (browsable with `autoresearch kb commits`): "
             + ", ".join(f"{what} {n}" for what, n in top[:12])
             + (f", ... ({len(top) - 12} more kinds)" if len(top) > 12 else "")
         )
     if report.ranked:
-        click.echo(
+        echo(
             f"Ranked {report.ranked['ranked']} hypotheses; {report.ranked['families']} families of fork "
             f"commits on the same functions ({report.ranked['in_families']} hypotheses in them)"
         )
     if not report.all_added:
         for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
-            click.echo(line)
+            echo(line)
 
 
 _FILL_QUEUE = (
@@ -168,14 +169,14 @@ def generate(
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(f"Bottleneck: {report.bottleneck.get('verdict')}")
-    click.echo(f"Queries: {'; '.join(report.queries)}")
-    click.echo(f"Evidence shown: {len(report.evidence_shown)} items")
-    click.echo(f"Added {len(report.added)} hypotheses: {', '.join(f'#{i}' for i in report.added) or '-'}")
+    echo(f"Bottleneck: {report.bottleneck.get('verdict')}")
+    echo(f"Queries: {'; '.join(report.queries)}")
+    echo(f"Evidence shown: {len(report.evidence_shown)} items")
+    echo(f"Added {len(report.added)} hypotheses: {', '.join(f'#{i}' for i in report.added) or '-'}")
     for merged in report.merged:
-        click.echo(f"Merged into #{merged['into']}: {merged['title']}")
+        echo(f"Merged into #{merged['into']}: {merged['title']}")
     for rejected in report.rejected:
-        click.echo(f"Rejected: {rejected['title']}: {rejected['reason']}")
+        echo(f"Rejected: {rejected['title']}: {rejected['reason']}")
 
 
 @cli.command("patch")
@@ -211,7 +212,7 @@ def patch(
         echo_json([o.to_json() for o in outcomes])
         return
     if not outcomes:
-        click.echo("No hypothesis needs a patch.")
+        echo("No hypothesis needs a patch.")
         return
     echo_table(
         ["hypothesis", "status", "patch", "attempts", "reason"],
@@ -254,8 +255,8 @@ def reflect(
             }
         )
         return
-    click.echo(f"Reflection stored as evidence {evidence_id}:\n")
-    click.echo(note.body if note else "")
+    echo(f"Reflection stored as evidence {evidence_id}:\n")
+    echo(note.body if note else "")
 
 
 _LIST_LIMIT = 50
@@ -347,17 +348,15 @@ def _family(h: Any) -> str:
 def _footer(page: Any, flt: Any) -> None:
     first, last = page.offset + 1, page.offset + len(page.rows)
     filters = f"; {flt.describe()}" if flt.describe() else ""
-    click.echo(f"\n{first:,}-{last:,} of {page.total:,} (sorted by {flt.sort}{filters}).", nl=False)
+    echo(f"\n{first:,}-{last:,} of {page.total:,} (sorted by {flt.sort}{filters}).", nl=False)
     if page.remaining:
-        click.echo(f" {page.remaining:,} more: --offset {last} (--limit N for more per page).")
+        echo(f" {page.remaining:,} more: --offset {last} (--limit N for more per page).")
     else:
-        click.echo("")
+        echo("")
     if any(h.priority_set for h in page.rows):
-        click.echo(
-            "* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it."
-        )
+        echo("* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it.")
     if any(h.waits_behind is not None for h in page.rows):
-        click.echo(
+        echo(
             "family F/N: one of N fork commits on the same functions; `waits #ID`: it runs after every "
             "hypothesis that does not wait, once #ID (its family's best) has been measured."
         )
@@ -365,18 +364,16 @@ def _footer(page: Any, flt: Any) -> None:
 
 def _nothing_listed(flt: Any) -> None:
     if flt.describe():
-        click.echo(f"No hypotheses with {flt.describe()} (`autoresearch hypotheses list` shows them all).")
+        echo(f"No hypotheses with {flt.describe()} (`autoresearch hypotheses list` shows them all).")
         return
-    click.echo("No hypotheses. To fill the queue:")
-    click.echo(
+    echo("No hypotheses. To fill the queue:")
+    echo(
         "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
         "(kb add-fork); no model needed"
     )
-    click.echo(
-        "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
-    )
-    click.echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
-    click.echo(_FILL_QUEUE)
+    echo("  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)")
+    echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
+    echo(_FILL_QUEUE)
 
 
 @cli.command("rank")
@@ -391,7 +388,7 @@ def rank(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(
+    echo(
         f"Ranked {report.ranked} hypotheses in {report.seconds:.2f} s; {report.families} families of fork "
         f"commits on the same functions ({report.in_families} hypotheses in them)."
     )
@@ -411,14 +408,14 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
         echo_json(h)
         return
     outcome = f", outcome {h['outcome']}" if h["outcome"] else ""  # the latest experiment's status
-    click.echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
+    echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
     if h.get("repeat_of"):
-        click.echo(f"a repeat of #{h['repeat_of']}: already measured here, not run again")
+        echo(f"a repeat of #{h['repeat_of']}: already measured here, not run again")
     if h.get("wave_id"):
-        click.echo(f"proposed after the post-mortem of wave {h['wave_id']} (wave id)")
+        echo(f"proposed after the post-mortem of wave {h['wave_id']} (wave id)")
     effect = "?" if h["expected_effect"] is None else f"{h['expected_effect']:+.1%}"
     who = " (set by a person: it orders the queue before the rank)" if h["priority_set"] else ""
-    click.echo(
+    echo(
         f"priority {h['priority']:.2f}{who}  origin {h['origin']}  expected {effect}  "
         f"confidence {h['confidence'] if h['confidence'] is not None else '?'}  "
         f"cost {h['cost'] if h['cost'] is not None else '?'}"
@@ -426,34 +423,35 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     )
     _show_rank(h)
     if h["risk"]:
-        click.echo(f"risk: {h['risk']}")
-    click.echo(f"\n{h['rationale']}\n")
+        echo(f"risk: {h['risk']}")
+    echo(f"\n{h['rationale']}\n")
     if h["evidence"]:
-        click.echo("Evidence:")
+        echo("Evidence:")
         for e in h["evidence"]:
-            click.echo(f"  {e['id']:>5} {e['kind']:<8} {_short(e['title'], 60)}  ({_short(e['source'], 40)})")
+            echo(f"  {e['id']:>5} {e['kind']:<8} {_short(e['title'], 60)}  ({_short(e['source'], 40)})")
     for ref in h["sources"]:
-        click.echo(f"  source {ref}")
+        echo(f"  source {inert(ref)}")
     for p in h["patches"]:
-        click.echo(
-            f"Patch {p['id']}: {p['author_kind']} {p['author'] or ''} apply={p['apply_status']} "
-            f"files={', '.join(p['files'])}"
+        # One line each: a file name may hold a newline (it would forge a line of its own).
+        echo(
+            f"Patch {p['id']}: {p['author_kind']} {inert(p['author'] or '')} apply={p['apply_status']} "
+            f"files={inert(', '.join(p['files']))}"
         )
         if p["apply_error"]:
-            click.echo(f"  {_short(p['apply_error'], 200)}")
+            echo(f"  {_short(p['apply_error'], 200)}")
     if h["notes"]:
-        click.echo(f"\nNotes:\n{h['notes']}")
+        echo(f"\nNotes:\n{h['notes']}")
 
 
 def _show_rank(h: dict[str, Any]) -> None:
     from runner.rank import explain
 
     if h["rank"] is None:
-        click.echo("rank: not ranked yet (`autoresearch hypotheses rank`)")
+        echo("rank: not ranked yet (`autoresearch hypotheses rank`)")
     else:
-        click.echo(f"rank {h['rank']:.1f} of 100: relevance to the target")
+        echo(f"rank {h['rank']:.1f} of 100: relevance to the target")
         for line in explain(h["rank_why"]):
-            click.echo(f"  {line}")
+            echo(f"  {line}")
     members = h["family_members"]
     if members:
         lead = next((m for m in members if m["id"] == h["waits_behind"]), None)
@@ -462,14 +460,12 @@ def _show_rank(h: dict[str, Any]) -> None:
             if lead
             else "leads it (the best open member runs first)"
         )
-        click.echo(
-            f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}"
-        )
+        echo(f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}")
         for m in members[:10]:
             rank = "-" if m["rank"] is None else f"{m['rank']:.1f}"
-            click.echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")
+            echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")
         if len(members) > 10:
-            click.echo(f"  ... {len(members) - 10} more (`hypotheses list` shows the family column)")
+            echo(f"  ... {len(members) - 10} more (`hypotheses list` shows the family column)")
 
 
 def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
@@ -482,7 +478,7 @@ def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
         for hid in ids:
             new = approve_or_reject(db, hid, action, by="cli")
             changed.append(f"#{hid} {new}")
-    click.echo(", ".join(changed))
+    echo(", ".join(changed))
 
 
 @cli.command("approve")
@@ -524,4 +520,4 @@ def prioritize(ctx: click.Context, hypothesis_id: int, priority: float | None, c
             assert priority is not None
             set_priority(db, hypothesis_id, priority)
             log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority {priority}")
-    click.echo(f"#{hypothesis_id} " + ("back to its rank" if clear else f"priority {priority}"))
+    echo(f"#{hypothesis_id} " + ("back to its rank" if clear else f"priority {priority}"))

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kb.errors import UserError
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import TEXT
 
 
@@ -66,20 +66,20 @@ def discover(
         echo_json({**found.to_json(), "added": [r.to_json() for r in results]})
         for result in results:
             if result.status == "error":
-                click.echo(f"Error: {result.message}", err=True)
+                echo(f"Error: {result.message}", err=True)
     else:
         _show(found.to_json())
         for result in results:
             if result.status == "error":
-                click.echo(f"Error: {result.message}", err=True)
+                echo(f"Error: {result.message}", err=True)
             else:
-                click.echo(result.message)
+                echo(result.message)
         if add:
             added = sum(r.status == "added" for r in results)
             failed = sum(r.status == "error" for r in results)
-            click.echo(f"{added} added, {failed} failed", err=True)
+            echo(f"{added} added, {failed} failed", err=True)
     for note in found.notes:
-        click.echo(f"Note: {note}", err=True)
+        echo(f"Note: {note}", err=True)
     if any(r.status == "error" for r in results):
         ctx.exit(1)
 
@@ -87,20 +87,20 @@ def discover(
 def _show(found: dict[str, Any]) -> None:
     candidates = found["candidates"]
     total = f" of {found['total']:,}" if isinstance(found.get("total"), int) else ""
-    click.echo(f"{len(candidates)}{total} candidates from {found['source']} for {found['query']!r}")
+    echo(f"{len(candidates)}{total} candidates from {found['source']} for {found['query']!r}")
     for i, c in enumerate(candidates, start=1):
         mark = f"in kb: paper {c['known']}" if c["known"] is not None else "new"
         facts = [c["published"] or "no date", c["venue"] or ""]
         if c["citations"] is not None:
             facts.append(f"{c['citations']:,} citations")
-        click.echo(f"{i:>2}. [{mark}] {c['title']}")
-        click.echo(f"    {', '.join(f for f in facts if f)}")
+        echo(f"{i:>2}. [{mark}] {c['title']}")
+        echo(f"    {', '.join(f for f in facts if f)}")
         authors = c["authors"]
         if authors:
             shown = ", ".join(authors[:4]) + (f" and {len(authors) - 4} more" if len(authors) > 4 else "")
-            click.echo(f"    {shown}")
+            echo(f"    {shown}")
         if c["abstract"]:
             abstract = c["abstract"] if len(c["abstract"]) <= 300 else c["abstract"][:299] + "…"
-            click.echo(textwrap.fill(abstract, 96, initial_indent="    ", subsequent_indent="    "))
+            echo(textwrap.fill(abstract, 96, initial_indent="    ", subsequent_indent="    "))
         if c["location"]:
-            click.echo(f"    {c['location']}")
+            echo(f"    {c['location']}")

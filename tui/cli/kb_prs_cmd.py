@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def add_prs(
         if as_json:
             return
         flag = f"upstream: {pull.upstream_reason}" if pull.upstream else pull.state
-        click.echo(f"#{pull.number} [{flag}] {pull.title} ({pull.commits} commits, {pull.files} files)")
+        echo(f"#{pull.number} [{flag}] {pull.title} ({pull.commits} commits, {pull.files} files)")
 
     report = run(
         ws,
@@ -72,10 +72,10 @@ def add_prs(
     else:
         for pull in report.pulls:
             if pull.status == "skipped":
-                click.echo(f"#{pull.number} skipped: {pull.upstream_reason}")
-        click.echo(report.line())
+                echo(f"#{pull.number} skipped: {pull.upstream_reason}")
+        echo(report.line())
     for note in report.notes:
-        click.echo(f"Note: {note}", err=True)
+        echo(f"Note: {note}", err=True)
 
 
 @click.command("prs")
@@ -90,7 +90,7 @@ def prs(ctx: click.Context, as_json: bool) -> None:
         echo_json(list(found))
         return
     if not found:
-        click.echo("no pull requests yet (autoresearch kb add-prs REMOTE)")
+        echo("no pull requests yet (autoresearch kb add-prs REMOTE)")
         return
     echo_table(
         ["#", "state", "upstream", "commits", "hypothesis", "title"],

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kb.errors import UserError
+from kb.textsafe import inert
 from tui.errors import user_line
 
 # name -> (module, attribute, one-line help). The help is repeated so `--help` need not import.
@@ -59,11 +60,15 @@ class LazyGroup(click.Group):
         Which errors become lines, and the line, is tui/errors.py's rule (the MCP server's too):
         UserError (bad input or state), SQLite failures that are the environment's (a lock held too
         long, a read-only or full disk), OS errors on a named file. Anything else is a bug and
-        keeps its traceback."""
+        keeps its traceback. The line is inert (kb/textsafe.py): errors quote file names, a
+        server's reply, commit subjects."""
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a subcommand's bad option or argument (exit status 2)
             raise _one_line(exc) from None
+        except click.ClickException as exc:  # a command's own: it may quote outside text too
+            exc.message = inert(exc.message)
+            raise
         except (UserError, sqlite3.Error, OSError, OverflowError) as exc:
             line = user_line(exc, lambda: _database(ctx))
             if line is None:
@@ -74,11 +79,12 @@ class LazyGroup(click.Group):
 def _one_line(exc: click.UsageError) -> click.UsageError:
     """click's usage error as one line (the reason, then where help is) instead of three."""
     if exc.ctx is None:
+        exc.message = inert(exc.message)
         return exc
     where = (
         f"{exc.ctx.command_path} {exc.ctx.help_option_names[0] if exc.ctx.help_option_names else '--help'}"
     )
-    return click.UsageError(f"{exc.format_message()} (see {where})")
+    return click.UsageError(inert(f"{exc.format_message()} (see {where})"))
 
 
 def _require_utf8(arg: str) -> None:
@@ -88,7 +94,7 @@ def _require_utf8(arg: str) -> None:
         arg.encode("utf-8")
     except UnicodeEncodeError:
         shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise click.ClickException(f"argument '{shown}': not valid UTF-8 text") from None
+        raise click.ClickException(f"argument '{inert(shown)}': not valid UTF-8 text") from None
 
 
 def _database(ctx: click.Context) -> Path | None:

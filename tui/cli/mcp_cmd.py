@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from tui.cli.common import echo
+
 TOKEN_ENV = "AUTORESEARCH_MCP_TOKEN"
 
 
@@ -45,7 +47,7 @@ def cli(ctx: click.Context, http: bool, port: int, token: str | None, read_only:
     if skill:
         from tui.agents.skill import skill_text
 
-        click.echo(skill_text(), nl=False)
+        echo(skill_text(), nl=False)
         return
     from kb.locate import workspace_root
     from kb.workspace import find_workspace
@@ -63,8 +65,8 @@ def cli(ctx: click.Context, http: bool, port: int, token: str | None, read_only:
     from tui.webguard import new_token
 
     mode = "read-only" if read_only else "reads and writes"
-    click.echo(f"serving MCP ({mode}) on http://{HOST}:{port}{PATH} (ctrl+c stops)", err=True)
+    echo(f"serving MCP ({mode}) on http://{HOST}:{port}{PATH} (ctrl+c stops)", err=True)
     if not token:  # one of its own: printed once, here
         token = new_token()
-        click.echo(f"token: {token} (send it as Authorization: Bearer TOKEN)", err=True)
+        echo(f"token: {token} (send it as Authorization: Bearer TOKEN)", err=True)
     serve(server, port=port, token=token)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kb.vocabulary import SOURCE_FORMS, help_epilog
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number, PathArg
 
 
@@ -73,24 +73,24 @@ def add(
         echo_json(queued.to_json())
         return
     base = queued.baseline
-    click.echo(f"queued hypothesis {queued.hypothesis} (patch {queued.patch}): {queued.title}")
+    echo(f"queued hypothesis {queued.hypothesis} (patch {queued.patch}): {queued.title}")
     twin = queued.measured_twin
     if twin is not None:
-        click.echo(
+        echo(
             f"  note    the same change as hypothesis {twin['id']} ({twin['title']!r}), "
             f"measured already ({twin['outcome']}): it is measured again"
         )
-    click.echo(f"  files   {', '.join(queued.files)}")
-    click.echo(
+    echo(f"  files   {', '.join(queued.files)}")
+    echo(
         f"  applies to the baseline {base[:12]}"
         if queued.applies
         else f"  does NOT apply to the baseline {base[:12]} (queued with --unchecked)"
     )
     if queued.sources:
-        click.echo(f"  sources {', '.join(queued.sources)}")
+        echo(f"  sources {', '.join(queued.sources)}")
     for c in queued.cited:
         if c.evidence_ids:
-            click.echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
+            echo(f"  cites   {c.what} (evidence {', '.join(map(str, c.evidence_ids))})")
 
 
 @cli.command("list", epilog=help_epilog())
@@ -127,7 +127,7 @@ def list_(ctx: click.Context, show_all: bool, as_json: bool) -> None:
         echo_json(items)
         return
     if not items:
-        click.echo("the queue is empty (add a patch: autoresearch queue add PATCH --title T)")
+        echo("the queue is empty (add a patch: autoresearch queue add PATCH --title T)")
         return
     echo_table(
         ["id", "status", "prio", "patch", "next", "outcome", "title"],

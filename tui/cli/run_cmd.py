@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import ROW_ID, TEXT, Number, count
 
 _POSITIVE_INT = count(1)
@@ -140,7 +140,7 @@ def cli(
         return
 
     def progress(line: str) -> None:
-        click.echo(line, err=as_json)
+        echo(line, err=as_json)
 
     if resume:
         runner = autopilot.resume(ws, run_id, progress=progress)
@@ -158,7 +158,7 @@ def cli(
     try:
         summary = runner.execute()
     except KeyboardInterrupt:
-        click.echo(f"interrupted; continue with: autoresearch run --resume --run {runner.run_id}", err=True)
+        echo(f"interrupted; continue with: autoresearch run --resume --run {runner.run_id}", err=True)
         sys.exit(130)
     if as_json:
         echo_json(summary.to_json())
@@ -177,7 +177,7 @@ def _check_validation(ws: Any, parallel: int | None, backend: str | None, skip: 
     if verdict.ok:
         return
     if skip:
-        click.echo(f"warning: --skip-validate: starting anyway, but {verdict.reason}", err=True)
+        echo(f"warning: --skip-validate: starting anyway, but {verdict.reason}", err=True)
         return
     raise UserError(f"run refused: {verdict.reason} (or start anyway: run --skip-validate)")
 
@@ -228,12 +228,10 @@ def _print_summary(data: dict[str, Any]) -> None:
             counts[exp["status"]] = counts.get(exp["status"], 0) + 1
     shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no experiments"
     stopped = f" ({data['stop_reason']})" if data.get("stop_reason") else ""
-    click.echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
-    click.echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
+    echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
+    echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
     for exp in kept:
-        click.echo(
-            f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs"
-        )
+        echo(f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs")
 
 
 def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_json: bool) -> None:
@@ -278,7 +276,7 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
         echo_json(info)
     else:
         which = f"run {run[1]} (id {run[0]})" if run else "the runner"
-        click.echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
+        echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
 
 
 def _subcommand_args(ctx: click.Context) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import TEXT, Number
 
 _POSITIVE = Number(min=0, min_open=True)
@@ -31,11 +31,11 @@ def _send(ctx: click.Context, kind: str, args: dict[str, Any], wait: float, as_j
         return
     if sent.status == "pending":
         where = f"run {sent.run_name}" if sent.run_name else "the next run"
-        click.echo(f"{kind}: sent (command {sent.command}); {where} reads it between polls")
+        echo(f"{kind}: sent (command {sent.command}); {where} reads it between polls")
     elif (refused := sent.refusal()) is not None:
         raise UserError(refused)
     else:
-        click.echo(f"{kind}: {sent.result}")
+        echo(f"{kind}: {sent.result}")
 
 
 def _wait_option(fn: Any) -> Any:

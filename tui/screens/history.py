@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +19,7 @@ from tui.screens.base import AppScreen, DetailScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.screens.log import LogScreen
+from tui.text import Text
 from tui.widgets.common import PagedTable, cell, fit_columns, right, status_cell
 from tui.widgets.history import MetricChart
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,6 +21,7 @@ from tui import data
 from tui.format import clip, pct
 from tui.messages import HypothesisLoaded, HypothesisSteered, PageLoaded
 from tui.screens.base import AppScreen
+from tui.text import Text
 from tui.widgets.common import DiffView, PagedTable, cell, fit_columns, key_values, right, status_cell
 
 if TYPE_CHECKING:

@@ -33,10 +33,12 @@ from kb.commit_facts import (
     parse_claims,
 )
 from kb.db import transaction
+from kb.errors import UserError
 from kb.jsoncol import decoded
 from kb.store import hypotheses as hypothesis_store
 from kb.store import research as store
 from kb.store.research import ForkCommitFacts
+from runner.harness.patchpaths import SYMLINK, check, check_commit
 from runner.harness.prepare import protected_paths, refusal
 from runner.hypotheses import add_hypothesis, add_note, add_patch, diff_files
 from runner.research.miners.base import Mined
@@ -188,9 +190,11 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
         if out is not None:
             report.leave_out(*out)
             continue
-        # The names git reads (diff_files): any spelling of a protected path is skipped here; what
-        # only applying it shows (a symlink out of the tree) the runner refuses before it runs.
-        if not queue_protected and refusal(files, protected):
+        # The names git reads (diff_files): any spelling of a protected path is skipped here, and
+        # so is a symlink the commit adds onto one (or out of the tree), read from the commit itself.
+        if not queue_protected and (
+            refusal(files, protected) or _symlink_refusal(repo, commit["sha"], diff, protected, baseline)
+        ):
             report.skip("protected_path")
             continue
         chunk.append(_Candidate(key, commit, files, diff, claims))
@@ -199,6 +203,23 @@ def mine_forks(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: boo
             chunk = []
     _check_and_add(db, repo, baseline, chunk, primary, report)
     return report
+
+
+def _symlink_refusal(
+    repo: git.Repo, sha: str, diff: str, protected: list[tuple[str, str]], baseline: str
+) -> str | None:
+    """Why a fork commit that adds or changes a symlink is refused (a link onto the benchmark, the
+    checks, a protected path, or out of the tree), from the commit's own tree change: its names
+    alone do not show where a link points. Only diffs holding a symlink's mode pay for git."""
+    if SYMLINK not in diff:
+        return None
+    try:
+        return check_commit(repo, f"{sha}^", sha, protected)
+    except UserError:  # a root commit, or one the mirror lost: the diff onto the baseline instead
+        try:
+            return check(diff, protected, repo, baseline)
+        except UserError:
+            return None
 
 
 @dataclass
