@@ -54,7 +54,7 @@ class LocalFleet(Fleet):
     def up(self) -> list[Worker]:
         existing = self.workers()
         for number in range(len(existing) + 1, self.size + 1):
-            self._add_worker(
+            self.records.add(
                 f"local-{number}",
                 status="ready",
                 resources={"cpus": os.cpu_count(), "host": os.uname().nodename},
@@ -79,7 +79,7 @@ class LocalFleet(Fleet):
                 child.wait()
         self._children.clear()
         for worker in self.workers():
-            self._set_worker(worker.id, status="down")
+            self.records.set(worker.id, status="down")
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -92,7 +92,7 @@ class LocalFleet(Fleet):
         wrapper.write_text(WRAPPER, encoding="utf-8")
         (spec.job_dir / "run.sh").write_text(task.run, encoding="utf-8")
         (spec.job_dir / "task.yaml").write_text(task.to_yaml(), encoding="utf-8")
-        meta = self._worker_meta(worker.id)
+        meta = self.records.meta(worker.id)
         if task.setup.strip() and not meta.get("setup_done"):
             (spec.job_dir / "setup.sh").write_text(task.setup, encoding="utf-8")
         env = {
@@ -119,7 +119,7 @@ class LocalFleet(Fleet):
                 close_fds=True,
             )
         self._children[child.pid] = child
-        self._set_worker(worker.id, status="busy")
+        self.records.set(worker.id, status="busy")
         return str(child.pid)
 
     def poll(self, job: JobRef) -> JobStatus:
@@ -132,16 +132,16 @@ class LocalFleet(Fleet):
         kill_session(pid)
         self._reap(pid)
         exit_code = _read_int(job.job_dir / "exit_code")
-        self._set_worker(job.worker_id, status="ready")
+        self.records.set(job.worker_id, status="ready")
         if exit_code is None:
             return JobStatus("lost", detail="the job's process vanished without an exit code")
         setup_rc = _read_int(job.job_dir / "setup_failed")
         if setup_rc is not None:
             return JobStatus("failed", setup_rc, "setup failed")
         if (job.job_dir / "setup.sh").exists():
-            meta = self._worker_meta(job.worker_id)
+            meta = self.records.meta(job.worker_id)
             if not meta.get("setup_done"):
-                self._set_worker(job.worker_id, meta={**meta, "setup_done": True})
+                self.records.set(job.worker_id, meta={**meta, "setup_done": True})
         return JobStatus("succeeded" if exit_code == 0 else "failed", exit_code)
 
     def cancel(self, job: JobRef) -> None:
@@ -149,7 +149,7 @@ class LocalFleet(Fleet):
         if pid is not None:
             kill_session(pid)
             self._reap(pid)
-        self._set_worker(job.worker_id, status="ready")
+        self.records.set(job.worker_id, status="ready")
 
     def reattach(self, jobs: Sequence[JobRef]) -> dict[int, JobStatus]:
         states: dict[int, JobStatus] = {}
