@@ -21,6 +21,13 @@ The runner talks to a fleet only through `Fleet`, single-threaded, from its poll
   clusters downed, costs) advances that work there, without blocking.
 - `preflight(ws)` (a classmethod) checks the configuration before a run is created, so a malformed
   template or resource spec is a one-line error before anything launches.
+- `resources_override()` is the `resources:` the fleet wants in every task the runner renders for
+  it (None: the template's own; SkyPilot: the `fleet.skypilot` resources).
+- Outside a run, `autoresearch fleet` asks a backend whose workers outlive a runner
+  (`leaves_workers`) for their status (`outside_statuses`) and to tear them down (`down_recorded`).
+
+A backend is registered by name in runner/fleet/registry.py (one line); its `workers` rows go
+through `self.records` (`WorkerRecords`).
 
 Nothing lives only in memory: everything needed to find a job again is in the `jobs` row
 (`backend_job_id`, `log_path`, `job_dir`) and the `workers` row (`name`, `meta`).
