@@ -162,3 +162,21 @@ def test_poll_and_reattach_of_a_job_that_never_started(ws: Workspace, tmp_path: 
     f = fleet(ws, new_run(ws))
     ref = JobRef(1, 1, None, tmp_path / "log", tmp_path / "job")
     assert f.poll(ref).state == "lost" and f.poll(ref).detail == "never started"
+
+
+def test_the_fleet_gives_its_resources_to_every_task(ws: Workspace, tmp_path: Path) -> None:
+    from runner.harness.prepare import template_path
+    from runner.harness.template import load_template, render
+
+    f = fleet(ws, new_run(ws))
+    assert f.resources_override() == {"infra": "kubernetes", "cpus": "4+"}  # the keys that are set
+    template = load_template(template_path(ws, ws.settings))
+    sky = ws.settings.fleet.skypilot
+    every_key = {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
+
+    def resources(override: dict[str, Any]) -> object:
+        return render(template, name="t", workdir=tmp_path, envs={}, resources_override=override).config[
+            "resources"
+        ]
+
+    assert resources(f.resources_override()) == resources(every_key)  # what the runner passed so far
