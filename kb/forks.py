@@ -41,6 +41,7 @@ from kb.forkfiles import ForkFile, compare_files, store_files
 from kb.forklist import Fork, ForkCommit, list_commits, list_forks
 from kb.forklog import LOG_FORMAT, MinedCommit, evidence_body, parse_log
 from kb.forkpoint import ForkPoint, find_fork_point
+from kb.jsoncol import decoded_dict, decoded_list
 
 if TYPE_CHECKING:
     import git
@@ -134,7 +135,7 @@ def _request(
 ) -> _Request:
     _check_name(name)
     existing = one(db, "SELECT * FROM sources WHERE kind = 'fork' AND name = ?", [name])
-    meta: dict[str, Any] = json.loads(existing["meta"]) if existing and existing["meta"] else {}
+    meta: dict[str, Any] = decoded_dict(existing["meta"] if existing else None)
     suggested = _suggestion(ws, name)
     if location is None:
         if existing is not None:
@@ -498,7 +499,7 @@ def _stored_patches(db: sqlite_utils.Database, source_id: int) -> dict[str, _Pat
         "WHERE e.source_id = ? AND e.kind = 'commit'",
         [source_id],
     )
-    return {r["sha"]: (r["patch_id"], frozenset(json.loads(r["files"]))) for r in found}
+    return {r["sha"]: (r["patch_id"], frozenset(decoded_list(r["files"]))) for r in found}
 
 
 def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBackends) -> None:
@@ -510,7 +511,7 @@ def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBack
         [source_id],
     )
     for r in found:
-        facts = commit_facts(json.loads(r["files"]), r["message"] or r["subject"], backends)
+        facts = commit_facts(decoded_list(r["files"]), r["message"] or r["subject"], backends)
         values = [json.dumps(facts.backends), json.dumps(facts.areas), json.dumps(facts.claims_json())]
         db.execute(
             "UPDATE commits SET backends = ?, areas = ?, claims = ? WHERE evidence_id = ?",

@@ -750,8 +750,16 @@ CREATE INDEX llm_calls_step ON llm_calls (step) WHERE step IS NOT NULL
 
 
 @migration
+def m011_decision_family(db: sqlite_utils.Database) -> None:
+    """`decisions.family` (JSON, {experiment id: pairs}): the wave-mates a look of the loop judged
+    together and how many pairs each had then, so that `redecide --check` replays every stored
+    decision exactly (the same judge on the same inputs). Decisions recorded before have none."""
+    db.execute("ALTER TABLE decisions ADD COLUMN family TEXT")
+
+
+@migration
 @rebuilds_tables
-def m011_fleet_backend_names(db: sqlite_utils.Database) -> None:
+def m012_fleet_backend_names(db: sqlite_utils.Database) -> None:
     """`workers.backend` takes any fleet backend's name: the runner's registry owns the names
     (runner/fleet/registry.py), so a new backend needs no migration. The CHECK that listed `local`
     and `skypilot` is dropped (the table rebuilt from its own definition: ids, rows, indexes and

@@ -50,6 +50,10 @@ EXPERIMENT_FINAL: tuple[str, ...] = (
 """Statuses an experiment can no longer leave."""
 VERDICTS: tuple[str, ...] = ("keep", "discard", "inconclusive", "continue")
 """What the statistical policy says of a candidate after a batch of pairs."""
+VERDICT_STATUS: dict[str, str] = {"keep": "kept", "discard": "discarded", "inconclusive": "inconclusive"}
+"""The experiment status a final verdict ends in (`continue` ends nothing)."""
+STATUS_VERDICT: dict[str, str] = {status: verdict for verdict, status in VERDICT_STATUS.items()}
+"""The verdict behind a decided status."""
 
 RUN_STATUSES: tuple[str, ...] = ("running", "paused", "finished", "failed", "interrupted")
 RUN_LIVE: tuple[str, ...] = ("running", "paused")

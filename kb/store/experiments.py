@@ -4,13 +4,13 @@ hypothesis and winner) is runner.record.history's."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.errors import UserError
-from kb.store.paging import loads, one, rows, shaped, shaped_one
+from kb.jsoncol import decoded_dict
+from kb.store.paging import one, rows, shaped, shaped_one
 from kb.store.tables import ExperimentRow
 
 if TYPE_CHECKING:
@@ -33,8 +33,7 @@ def candidate_samples(db: sqlite_utils.Database, run_id: int, *, last: int = 400
     run = one(db, "SELECT policy FROM runs WHERE id = ?", [run_id])
     if run is None:
         raise UserError(f"run {run_id}: no such run")
-    policy = loads(run["policy"]) or {}
-    policy = policy if isinstance(policy, dict) else {}
+    policy = decoded_dict(run["policy"])
     metric = str(policy.get("metric") or "")
     direction = str(policy.get("direction") or "higher")
     exps = rows(
@@ -168,7 +167,7 @@ def merge_meta(db: sqlite_utils.Database, experiment_id: int, values: dict[str, 
     found = one(db, "SELECT meta FROM experiments WHERE id = ?", [experiment_id])
     if found is None:
         raise UserError(f"experiment {experiment_id}: no such experiment")
-    meta = json.loads(found["meta"] or "{}")
+    meta = decoded_dict(found["meta"])
     for key, value in values.items():
         if isinstance(value, dict) and isinstance(meta.get(key), dict):
             meta[key] = {**meta[key], **value}

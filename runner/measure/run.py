@@ -35,8 +35,10 @@ from runner.measure.common import (
     RunSummary,
     first_given,
     policy_of,
+    rules_of,
+    stored_policy,
 )
-from runner.measure.core import run_summary
+from runner.measure.lifecycle import run_summary
 from runner.measure.runner import Runner
 
 
@@ -176,7 +178,7 @@ def _insert_run(
             "baseline_commit": baseline,
             "head_commit": baseline,
             "backend": options.backend or settings.fleet.backend,
-            "policy": {**asdict(policy), "metric": settings.metric.primary},
+            "policy": stored_policy(rules_of(ws), settings.metric.primary),
             "budget": {
                 "minutes": first_given(options.budget_minutes, settings.budget.minutes),
                 "usd": first_given(options.budget_usd, settings.budget.usd),
@@ -211,7 +213,7 @@ def resume_run(
     lock.record(run.id, run.name)
     runner = Runner(ws, run.id, progress=progress, lock=lock)
     runner.research = research(runner.options) if research is not None else None
-    runner.resuming = True
+    runner.ctx.state.resuming = True
     return runner
 
 

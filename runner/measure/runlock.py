@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 
 LOCK_NAME = "run.lock"
 NAME_WAIT_SECONDS = 5.0
@@ -106,7 +107,7 @@ def _write(handle: IO[str], info: dict[str, Any]) -> None:
 
 def _holder(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        data = decoded_dict(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -17,11 +17,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from kb.errors import UserError
+from kb.vocabulary import VERDICT_STATUS
 
 Format = Literal["jsonl", "tsv"]
 FORMATS: tuple[str, ...] = ("auto", "jsonl", "tsv")
 #: The statuses both loops write (any case), as this product's experiment statuses.
-STATUS_MAP = {"keep": "kept", "discard": "discarded", "crash": "crashed", "checks_failed": "checks_failed"}
+STATUS_MAP = {
+    **{v: VERDICT_STATUS[v] for v in ("keep", "discard")},
+    "crash": "crashed",
+    "checks_failed": "checks_failed",
+}
 #: What `--status WORD=STATUS` may say a word means: one of the four, or skip (not imported).
 STATUS_CHOICES: tuple[str, ...] = (*STATUS_MAP, "skip")
 #: Words other loops write for one of the four (compared in lower case), and where they come from.

@@ -4,7 +4,8 @@ Pure Python and the standard library (no numpy, no scipy): the runner calls it a
 
 The package by concern: `policy` (how an experiment is judged, the planned looks), `paired` (the
 statistics: screen, estimator, tests, t distribution), `decide` (verdicts, guards, the A/A
-self-test, planning figures) and `fmt` (how the numbers read). Everything public is re-exported
+self-test, planning figures), `judge` (the one judge of a look, which the loop and `redecide`
+both call) and `fmt` (how the numbers read). Everything public is re-exported
 here, and callers import it from `runner.stats`.
 
 Method, and why
@@ -87,6 +88,10 @@ from runner.stats.fmt import cell_interval as cell_interval
 from runner.stats.fmt import cell_pct as cell_pct
 from runner.stats.fmt import interval as interval
 from runner.stats.fmt import pct as pct
+from runner.stats.judge import Confirmation as Confirmation
+from runner.stats.judge import Rules as Rules
+from runner.stats.judge import confirm_keep as confirm_keep
+from runner.stats.judge import judge as judge
 from runner.stats.paired import EXACT_MAX as EXACT_MAX
 from runner.stats.paired import SCREEN_HALF_WINDOW as SCREEN_HALF_WINDOW
 from runner.stats.paired import SCREEN_K as SCREEN_K
@@ -95,6 +100,7 @@ from runner.stats.paired import SCREEN_MIN as SCREEN_MIN
 from runner.stats.paired import TRIM as TRIM
 from runner.stats.paired import benjamini_hochberg as benjamini_hochberg
 from runner.stats.paired import noise as noise
+from runner.stats.paired import pair_values as pair_values
 from runner.stats.paired import ratio_defined as ratio_defined
 from runner.stats.paired import side_value as side_value
 from runner.stats.paired import t_quantile as t_quantile

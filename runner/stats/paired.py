@@ -233,6 +233,23 @@ def side_value(samples: Sequence[float]) -> float:
     return float(statistics.median(samples))
 
 
+def pair_values(
+    sides_by_pair: Mapping[int, Mapping[str, Sequence[float]]],
+) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) values per complete pair, in pair order, from each pair's samples by
+    side ("A", "B"): several samples of one invocation reduce to their median (DESIGN: Measurement
+    words); a pair missing a side (interrupted mid-pair) is left out. The one rule for it: the loop,
+    the history and `redecide` all read pairs through it."""
+    base: list[float] = []
+    cand: list[float] = []
+    for pair in sorted(sides_by_pair):
+        sides = sides_by_pair[pair]
+        if sides.get("A") and sides.get("B"):
+            base.append(side_value(sides["A"]))
+            cand.append(side_value(sides["B"]))
+    return base, cand
+
+
 def benjamini_hochberg(p_values: Mapping[K, float]) -> dict[K, float]:
     """Benjamini-Hochberg adjusted p-values (q-values): reject those with q <= alpha."""
     ordered = sorted(p_values.items(), key=lambda item: item[1])

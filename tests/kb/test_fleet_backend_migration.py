@@ -1,4 +1,4 @@
-"""m011_fleet_backend_names: `workers.backend` takes any registered fleet backend's name (the CHECK
+"""m012_fleet_backend_names: `workers.backend` takes any registered fleet backend's name (the CHECK
 that listed `local` and `skypilot` dropped), from a blank database and from the schema before it,
 with every row, id and reference kept."""
 
@@ -14,8 +14,8 @@ import sqlite_utils
 from kb.db import connect, insert, transaction
 from kb.migrations import MIGRATIONS, applied, migrate
 
-BEFORE = "m010_autopilot"
-MIGRATION = "m011_fleet_backend_names"
+BEFORE = "m011_decision_family"
+MIGRATION = "m012_fleet_backend_names"
 
 
 def worker(db: sqlite_utils.Database, run: int | None, name: str, backend: str) -> int:

@@ -49,7 +49,7 @@ def test_every_face_approves_a_conflicting_patch_as_approved(tmp_path: Path) -> 
     runner = start_run(ws, RunOptions(parallel=1, self_test=False, final=False))
     try:
         commands.send(db, "approve", ids["runner"])
-        runner._commands()  # the command handler of the runner's loop, without running a wave
+        runner.steering.commands()  # the command handler of the runner's loop, without running a wave
     finally:
         assert runner.lock is not None
         runner.lock.release()

@@ -7,12 +7,12 @@ outlive a runner (SkyPilot clusters), through each backend's `Fleet` (runner/fle
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from kb.jsoncol import decoded_dict
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number
 
@@ -26,8 +26,7 @@ def cli() -> None:
 
 
 def _meta(raw: str | None) -> dict[str, Any]:
-    value = json.loads(raw) if raw else {}
-    return value if isinstance(value, dict) else {}
+    return decoded_dict(raw)
 
 
 def _age(seconds: float) -> str:

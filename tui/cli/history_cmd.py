@@ -6,6 +6,7 @@ Each command opens the workspace database in its own process and only reads, exc
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -208,6 +209,12 @@ def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
 @click.option("--max-pairs", type=count(), default=None, help="The cap on pairs per experiment.")
 @click.option("--save", is_flag=True, help="Store the new verdicts (origin redecide, not final).")
 @click.option("--all", "show_all", is_flag=True, help="List every experiment, not only the flips.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Replay every look the run recorded through the same judge, on the same samples; exit 1 "
+    "if any differs.",
+)
 @json_option
 @click.pass_context
 def redecide(
@@ -218,14 +225,25 @@ def redecide(
     max_pairs: int | None,
     save: bool,
     show_all: bool,
+    check: bool,
     as_json: bool,
 ) -> None:
     """Re-decide every experiment of RUN from its stored samples under another policy; list what
-    flips (old verdict -> new verdict). The run's own decisions and statuses are never changed."""
+    flips (old verdict -> new verdict). The run's own decisions and statuses are never changed.
+
+    With --check, nothing is re-decided: every look the loop recorded is judged again from the
+    stored samples, with the policy, guards and wave it was judged with, and must come out the same."""
     from runner.record.redecide import format_flip
     from runner.record.redecide import redecide as run_redecide
 
     ws = workspace(ctx)
+    if check:
+        if min_effect is not None or alpha is not None or max_pairs is not None or save:
+            raise click.UsageError(
+                "--check replays the run's own policy: it takes no policy option or --save"
+            )
+        _check(ws.db(), run_ref, as_json)
+        return
     result = run_redecide(
         ws.db(),
         run_ref,
@@ -252,6 +270,31 @@ def redecide(
             click.echo(f"    {n} x {why}")
     if save:
         click.echo(f"  saved {result.saved} decisions (origin redecide)")
+
+
+def _check(db: Any, run_ref: str, as_json: bool) -> None:
+    from runner.record.redecide import check
+
+    result = check(db, run_ref)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(
+            f"Run {result.run.name}: {len(result.replays)} recorded looks replayed, "
+            f"{len(result.mismatches)} differ"
+            + (
+                f"; {result.unchecked} recorded without their wave (not replayable)"
+                if result.unchecked
+                else ""
+            )
+            + (f"; {len(result.unverifiable)} whose samples were withdrawn" if result.unverifiable else "")
+        )
+        for r in result.mismatches:
+            click.echo(
+                f"  * exp {r.experiment_id} look at {r.pairs} pairs (decision {r.decision_id}): {r.why}"
+            )
+    if result.mismatches:
+        sys.exit(1)
 
 
 def _skipped(kind: str, n: int) -> str:

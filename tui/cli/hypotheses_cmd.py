@@ -6,11 +6,11 @@ inside the command: `hypotheses list` and `hypotheses mine` never import it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from kb.jsoncol import decoded_dict
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 from tui.cli.common import echo_json, echo_table, json_option, workspace
 from tui.cli.params import MAX_INT, ROW_ID, Number
@@ -37,7 +37,8 @@ def _short(value: Any, width: int) -> str:
 @json_option
 @click.pass_context
 def mine(ctx: click.Context, as_json: bool) -> None:
-    """Turn backend gaps and fork commits into hypotheses (no LLM). Re-running adds nothing twice."""
+    """Turn what the knowledge base holds (backend gaps, fork commits, ...) into hypotheses, with
+    every registered miner (no LLM). Re-running adds nothing twice."""
     from runner.research.miners import mine as run_miners
 
     ws = workspace(ctx)
@@ -46,16 +47,7 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(
-        f"Added {len(report.gap_added)} backend-gap and {len(report.fork_added)} fork-commit hypotheses"
-        + (
-            f" ({len(report.conflicts)} fork patches do not apply to the baseline as they are: "
-            f"{len(report.rebased)} rebased by a three-way merge, {len(report.needs_port)} "
-            f"{'waits' if len(report.needs_port) == 1 else 'wait'} as needs_port)"
-            if report.conflicts
-            else ""
-        )
-    )
+    click.echo(report.line())
     if report.skipped:
         click.echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
     if report.left_out:
@@ -70,26 +62,10 @@ def mine(ctx: click.Context, as_json: bool) -> None:
             f"Ranked {report.ranked['ranked']} hypotheses; {report.ranked['families']} families of fork "
             f"commits on the same functions ({report.ranked['in_families']} hypotheses in them)"
         )
-    if not report.gap_added and not report.fork_added:
+    if not report.all_added:
         for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
             click.echo(line)
 
-
-# What each skip reason means and what would change it.
-_SKIP_HELP = {
-    "already_mined": "already a hypothesis (see `hypotheses list`)",
-    "not_missing_in_target": "gaps the target backend ({target}) does not have: kb.inventory.target_backend "
-    "names the backend being optimised",
-    "outside_paths_of_interest": "fork commits outside target.paths_of_interest (widen it in the config)",
-    "upstreamed": "fork commits the target already has (same patch-id)",
-    "already_in_baseline": "fork commits whose change the baseline already contains",
-    "protected_path": "fork commits that touch a protected path (the benchmark, checks, target.protect)",
-    "truncated_diff": "fork commits whose diff was cut at kb.max_commit_diff_bytes",
-    "empty_diff": "fork commits with no diff (merges)",
-    "not_target_backend": "fork commits that touch only other backends' files "
-    "(hypotheses.skip_other_backends)",
-    "skipped_area": "fork commits that touch only hypotheses.skip_areas (docs, web UI, server, build, ...)",
-}
 
 _FILL_QUEUE = (
     "Papers become hypotheses only through a model (`autoresearch hypotheses generate --model MODEL`) or a "
@@ -100,6 +76,7 @@ _FILL_QUEUE = (
 def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[str]:
     """Why `mine` added nothing, and what would give it something to mine."""
     from kb.store.knowledge import fork_count, gap_count
+    from runner.research.miners import reasons
 
     gaps = gap_count(db)
     forks = fork_count(db)
@@ -114,8 +91,9 @@ def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[st
             "  No forks: `autoresearch kb add-fork NAME URL` fetches one; its commits that touch "
             "target.paths_of_interest become hypotheses."
         )
+    meaning = reasons()
     for reason, n in sorted(skipped.items()):
-        lines.append(f"  {n} skipped: {_SKIP_HELP.get(reason, reason).format(target=target)}.")
+        lines.append(f"  {n} skipped: {meaning.get(reason, reason).format(target=target)}.")
     lines.append("  " + _FILL_QUEUE)
     return lines
 
@@ -224,7 +202,7 @@ def reflect(
             {
                 "wave": wave,
                 "evidence_id": evidence_id,
-                "meta": json.loads((note.meta if note else None) or "{}"),
+                "meta": decoded_dict(note.meta if note else None),
                 "body": note.body if note else None,
             }
         )

@@ -145,7 +145,7 @@ def cli(
             from_winners=from_winners,
         )
         runner = autopilot.start(ws, options, progress=progress)
-        progress(f"baseline {runner.baseline[:12]}: {origin}")
+        progress(f"baseline {runner.ctx.state.baseline[:12]}: {origin}")
     try:
         summary = runner.execute()
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static
 
-from kb.vocabulary import STATUS_MEANINGS
+from kb.vocabulary import STATUS_MEANINGS, VERDICT_STATUS
 from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded
@@ -183,9 +183,7 @@ class HistoryScreen(AppScreen):
         verdict = e.verdict or "-"
         title = ("★ " if e.winner else "") + (f"[{e.kind}] " if e.kind != "candidate" else "") + e.title
         mark = "▶" if e.id == self.marked else ""
-        verdict_colour = RICH_STATUS_COLOURS.get(
-            {"keep": "kept", "discard": "discarded"}.get(verdict, verdict), ""
-        )
+        verdict_colour = RICH_STATUS_COLOURS.get(VERDICT_STATUS.get(verdict, verdict), "")
         return [
             right(f"{mark}{e.id}", "bold" if mark else ""),
             right(e.wave if e.wave is not None else "-"),
