@@ -20,24 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kb.jsoncol import decoded_list
+from kb.vocabulary import AREAS
 
 if TYPE_CHECKING:
     from kb.inventory.layout import BackendMap, HistoryBackends
 
-AREAS = (
-    "backend",
-    "core",
-    "model",
-    "app",
-    "server",
-    "web",
-    "python",
-    "tests",
-    "build",
-    "ci",
-    "docs",
-    "other",
-)
 MAX_EFFECT = 10.0
 """Larger claimed factors are typos or toy cases; they are kept out of the record."""
 

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kb.errors import ConfigError
+from kb.errors import ConfigError, UserError
 from kb.locate import CONFIG_NAME as CONFIG_NAME  # re-exported: callers know it from here
+from kb.policy import MIN_VALUES, Policy
 
 # Durations are capped where the OS's timers end (threading.TIMEOUT_MAX and select() overflow past
 # a few hundred years) well before that: 30 days is longer than any build, benchmark or budget.
@@ -91,18 +92,35 @@ class MetricSettings(_Section):
 
 
 class PolicySettings(_Section):
-    min_effect: float = Field(0.01, ge=0.0, lt=1.0)
+    """How experiments are judged. Its bounds are the statistics' own: the section is valid when
+    kb.policy.Policy accepts it (the one rule for the config, `validate`, `run`, `redecide`)."""
+
+    min_effect: float = 0.01
     """Smallest relative gain worth keeping (0.01 = 1%); `autoresearch validate` says what fits."""
-    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    alpha: float = 0.05
     """Error rate: intervals at 1 - alpha; false keeps stay below alpha / 2 across the looks."""
-    max_pairs: int = Field(80, ge=2)
+    max_pairs: int = 80
     """The cap: an experiment still undecided after this many A/B pairs is inconclusive."""
-    min_pairs: int = Field(8, ge=2)
+    min_pairs: int = 8
     """Pairs before the first look (no verdict earlier)."""
-    batch_pairs: int = Field(8, ge=1)
+    batch_pairs: int = 8
     """Pairs per job: one job on a worker runs a batch of pairs; more pairs is another job."""
-    self_test_pairs: int = Field(8, ge=2)
+    self_test_pairs: int = Field(8, ge=MIN_VALUES)
     """Pairs of the A/A self-test (the baseline against itself) before the first wave."""
+
+    @model_validator(mode="after")
+    def _judged_by_policy(self) -> PolicySettings:
+        try:
+            Policy(
+                min_effect=self.min_effect,
+                alpha=self.alpha,
+                max_pairs=self.max_pairs,
+                min_pairs=self.min_pairs,
+                batch=self.batch_pairs,
+            )
+        except UserError as exc:
+            raise ValueError(str(exc).replace("batch ", "batch_pairs ", 1)) from None
+        return self
 
 
 class SkyPilotSettings(_Section):
@@ -237,7 +255,7 @@ class HypothesesSettings(_Section):
     @field_validator("skip_areas")
     @classmethod
     def _known_areas(cls, value: list[str]) -> list[str]:
-        from kb.commit_facts import AREAS
+        from kb.vocabulary import AREAS
 
         unknown = [a for a in value if a not in AREAS]
         if unknown:
@@ -449,7 +467,8 @@ def _explain(error: ValidationError) -> str:
     got = ""
     if isinstance(given, bool | int | float) or (isinstance(given, str) and len(given) <= 60):
         got = f" (got {_toml_value(given)})"  # `true` vs 1, "2" vs 2: the type is the point
-    return f"{where}: {first['msg']}{got}"
+    # A validator's own words come without pydantic's "Value error, " in front of them.
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}{got}"
 
 
 def parse_settings(data: dict[str, Any], origin: str) -> Settings:

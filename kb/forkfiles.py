@@ -12,7 +12,7 @@ valid); files that no longer differ are deleted, or kept marked stale when somet
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -208,12 +208,3 @@ def store_files(
             db.execute("DELETE FROM fork_files WHERE evidence_id = ?", [evidence_id])
         else:
             db.execute("DELETE FROM evidence WHERE id = ?", [evidence_id])
-
-
-@dataclass(frozen=True)
-class FileComparison:
-    """What `kb add-fork` reports of a file-level comparison."""
-
-    recorded: int
-    differing: int
-    by_status: dict[str, int] = field(default_factory=dict)

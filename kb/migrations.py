@@ -1,4 +1,4 @@
-"""Numbered schema migrations, append-only, each applied in its own transaction. Over 600 lines
+"""Numbered schema migrations, append-only, each applied in its own transaction. Long
 because it is one ordered list: the order of the functions is the schema's history, and
 splitting it across files would hide that order.
 

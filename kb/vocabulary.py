@@ -55,6 +55,23 @@ VERDICT_STATUS: dict[str, str] = {"keep": "kept", "discard": "discarded", "incon
 STATUS_VERDICT: dict[str, str] = {status: verdict for verdict, status in VERDICT_STATUS.items()}
 """The verdict behind a decided status."""
 
+AREAS: tuple[str, ...] = (
+    "backend",
+    "core",
+    "model",
+    "app",
+    "server",
+    "web",
+    "python",
+    "tests",
+    "build",
+    "ci",
+    "docs",
+    "other",
+)
+"""What part of a project a changed file belongs to (kb.commit_facts sorts a commit's files into
+them; `hypotheses.skip_areas` names them)."""
+
 RUN_STATUSES: tuple[str, ...] = ("running", "paused", "finished", "failed", "interrupted")
 RUN_LIVE: tuple[str, ...] = ("running", "paused")
 """A run a runner may still be driving (its heartbeat says whether one is)."""
@@ -85,6 +102,11 @@ STOP_MEANINGS: dict[str, str] = {
     "no_hypotheses": "the research phase found nothing new to try",
     "user": "stopped by a person (steer stop, the console, Ctrl-C)",
 }
+
+SOURCE_FORMS = (
+    "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
+)
+"""The forms a hypothesis's provenance ref may take (`--source`; runner/submit.py checks them)."""
 
 PHASES: tuple[str, ...] = ("researching", "patching", "measuring", "reflecting", "idle")
 """What a run is doing now (runs.phase), shown in the console."""

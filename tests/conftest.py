@@ -49,9 +49,14 @@ def replay_stored_decisions(folder: Path) -> None:
     from runner.record.redecide import check
 
     for path in [*folder.glob("*/autoresearch.db"), *folder.glob("*/*/autoresearch.db")]:
+        if not path.is_file():
+            continue  # a test's stand-in for a database (a directory, on purpose)
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            columns = {r[1] for r in conn.execute("PRAGMA table_info(decisions)").fetchall()}
+            try:
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(decisions)").fetchall()}
+            except sqlite3.DatabaseError:
+                continue  # a test's damaged database, on purpose
             if "family" not in columns:
                 continue  # not a workspace, or one left at an older schema on purpose
             db = sqlite_utils.Database(conn)

@@ -114,10 +114,6 @@ def number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def short_sha(sha: str | None, width: int = 10) -> str:
-    return (sha or "-")[:width]
-
-
 def clip(text: str | None, width: int) -> str:
     """One line of at most `width` characters, with an ellipsis when cut."""
     line = " ".join((text or "").split())

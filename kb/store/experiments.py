@@ -68,36 +68,6 @@ def candidate_samples(db: sqlite_utils.Database, run_id: int, *, last: int = 400
 # --- the rows the loop writes ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """One row of experiments, as stored (meta is JSON text)."""
-
-    id: int
-    run_id: int
-    wave_id: int | None
-    patch_id: int | None
-    kind: str
-    title: str
-    status: str
-    phase: str | None
-    reason: str | None
-    worker_id: int | None
-    baseline_commit: str | None
-    candidate_commit: str | None
-    retry_of: int | None
-    log_dir: str | None
-    batches: int
-    cost_usd: float
-    meta: str | None
-    created_at: float
-    started_at: float | None
-    ended_at: float | None
-    hypothesis_id: int | None
-
-
-_COLUMNS = ", ".join(Experiment.__dataclass_fields__)
-
-
 class NewExperiment(TypedDict, total=False):
     """An experiment to insert; columns left out take the table's defaults (status `queued`)."""
 
@@ -181,10 +151,9 @@ def row(db: sqlite_utils.Database, experiment_id: int) -> ExperimentRow | None:
     return shaped_one(db, ExperimentRow, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
 
 
-def of_run(db: sqlite_utils.Database, run_id: int) -> list[Experiment]:
+def of_run(db: sqlite_utils.Database, run_id: int) -> list[ExperimentRow]:
     """The run's experiments in id order."""
-    found = rows(db, f"SELECT {_COLUMNS} FROM experiments WHERE run_id = ? ORDER BY id", [run_id])
-    return [Experiment(**r) for r in found]
+    return shaped(db, ExperimentRow, "SELECT * FROM experiments WHERE run_id = ? ORDER BY id", [run_id])
 
 
 def ids_of_run(db: sqlite_utils.Database, run_id: int, statuses: Sequence[str]) -> list[int]:

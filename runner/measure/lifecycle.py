@@ -145,23 +145,23 @@ def run_summary(db: sqlite_utils.Database, run_id: int) -> RunSummary:
     if run is None:
         raise UserError(f"run {run_id}: no such run")
     found = experiments.of_run(db, run_id)
-    decided = decisions.latest_of(db, [exp.id for exp in found])
+    decided = decisions.latest_of(db, [exp["id"] for exp in found])
     summaries = []
     for exp in found:
-        d = decided.get(exp.id)
+        d = decided.get(exp["id"])
         summaries.append(
             {
-                "id": exp.id,
-                "kind": exp.kind,
-                "title": exp.title,
-                "status": exp.status,
-                "reason": exp.reason,
-                "wave_id": exp.wave_id,
-                "patch_id": exp.patch_id,
+                "id": exp["id"],
+                "kind": exp["kind"],
+                "title": exp["title"],
+                "status": exp["status"],
+                "reason": exp["reason"],
+                "wave_id": exp["wave_id"],
+                "patch_id": exp["patch_id"],
                 "effect": d.effect if d else None,
                 "ci": [d.ci_low, d.ci_high] if d else None,
                 "pairs": d.pairs if d else 0,
-                "log_dir": exp.log_dir,
+                "log_dir": exp["log_dir"],
             }
         )
     return RunSummary(

@@ -114,8 +114,6 @@ def start_run(
     policy = policy_of(ws)  # a bad policy fails here, before anything is written
     if options.parallel is not None and options.parallel < 1:
         raise UserError(f"--parallel {options.parallel}: must be at least 1")
-    if settings.policy.self_test_pairs < stats.MIN_VALUES:
-        raise UserError(f"policy.self_test_pairs: must be at least {stats.MIN_VALUES}")
     load_template(template_path(ws, settings))
     preflight(options.backend or settings.fleet.backend, ws)  # a bad fleet config: nothing written
     lock = runlock.acquire(ws.root)  # another process driving a run here: its name, exit 1

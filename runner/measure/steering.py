@@ -14,6 +14,7 @@ from kb.errors import UserError
 from kb.jsoncol import decoded_dict
 from kb.store import commands, experiments, run_records
 from kb.store.runs import dollars_spent
+from runner.commands import checked_args
 from runner.measure.common import (
     FINAL,
     HEARTBEAT_SECONDS,
@@ -143,18 +144,16 @@ class Steering:
                 level="info" if status == "done" else "warning",
             )
 
-    def _command(self, kind: str, target: int | None, args: dict[str, Any], hypotheses: Any) -> str:
+    def _command(self, kind: str, target: int | None, raw: dict[str, Any], hypotheses: Any) -> str:
+        args = checked_args(kind, raw)  # the check `send` made at the door (runner/commands.py)
         if kind in ("approve", "reject"):
             assert target is not None
             new = hypotheses.approve_or_reject(self.ctx.db, target, kind, by=f"run {self.ctx.state.name}")
             return f"hypothesis {target} {new}"
         if kind == "prioritize":
             assert target is not None
-            priority = args.get("priority")
-            if not isinstance(priority, int | float):
-                raise UserError("prioritize: args need a numeric 'priority'")
-            hypotheses.set_priority(self.ctx.db, target, float(priority))
-            return f"hypothesis {target} priority {priority}"
+            hypotheses.set_priority(self.ctx.db, target, args["priority"])
+            return f"hypothesis {target} priority {args['priority']:g}"
         if kind == "pause":
             self.ctx.state.paused = True
             run_records.update(self.ctx.db, self.ctx.run_id, {"status": "paused"})
@@ -170,23 +169,14 @@ class Steering:
             self.ctx.say("stopping: cancelling running experiments")
             return "stopping"
         if kind in ("focus", "avoid"):
-            text = " ".join(str(args.get("text") or "").split())
-            if not text:
-                raise UserError(f"{kind}: args need a non-empty 'text'")
-            self._steer(kind, text[:500])
-            return f"{kind}: {text[:80]} (read by the next research phase)"
+            self._steer(kind, args["text"])
+            return f"{kind}: {args['text'][:80]} (read by the next research phase)"
         if kind == "approval":
-            on = args.get("on")
-            if not isinstance(on, bool):
-                raise UserError("approval: args need 'on': true or false")
-            self._steer("approval", on)
-            return "approval on: generated hypotheses wait for a person" if on else "approval off"
+            self._steer("approval", args["on"])
+            return "approval on: generated hypotheses wait for a person" if args["on"] else "approval off"
         if kind == "budget":
-            changed = {k: args[k] for k in ("usd", "minutes") if args.get(k) is not None}
-            if not changed or not all(isinstance(v, int | float) and v > 0 for v in changed.values()):
-                raise UserError("budget: args need a positive 'usd' and/or 'minutes'")
-            self.budget.change(changed)
-            return "budget " + ", ".join(f"{k} {v:g}" for k, v in changed.items())
+            self.budget.change(args)
+            return "budget " + ", ".join(f"{k} {v:g}" for k, v in args.items())
         if kind == "cancel":
             assert target is not None
             exp = experiments.row(self.ctx.db, target)

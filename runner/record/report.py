@@ -525,5 +525,12 @@ def write_report(
     return Written(path, plot)
 
 
+def markdown(db: sqlite_utils.Database, run_ref: str | int, base: Path) -> str:
+    """A run's report as markdown text, written nowhere and without the plot (what an agent reads
+    through the MCP server; `write_report` writes the file with its plot)."""
+    blocks, _ = build(db, history.find_run(db, run_ref), None)
+    return render_markdown(blocks, base)
+
+
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None

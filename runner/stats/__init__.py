@@ -2,7 +2,8 @@
 
 Pure Python and the standard library (no numpy, no scipy): the runner calls it after every batch.
 
-The package by concern: `policy` (how an experiment is judged, the planned looks), `paired` (the
+The package by concern: `kb.policy` (how an experiment is judged, the planned looks: a pure value
+kept below everything, so the config is validated by it too), `paired` (the
 statistics: screen, estimator, tests, t distribution), `decide` (verdicts, guards, the A/A
 self-test, planning figures), `judge` (the one judge of a look, which the loop and `redecide`
 both call) and `fmt` (how the numbers read). Everything public is re-exported
@@ -70,6 +71,10 @@ guard metric was measured on fewer pairs than the keep (left out by the candidat
 interval's half-width is the noise floor, the smallest effect this setup can resolve.
 """
 
+from kb.policy import MIN_VALUES as MIN_VALUES
+from kb.policy import SPENDING_POWER as SPENDING_POWER
+from kb.policy import Direction as Direction
+from kb.policy import Policy as Policy
 from runner.stats.decide import Case as Case
 from runner.stats.decide import Decision as Decision
 from runner.stats.decide import Guard as Guard
@@ -105,7 +110,3 @@ from runner.stats.paired import ratio_defined as ratio_defined
 from runner.stats.paired import side_value as side_value
 from runner.stats.paired import t_quantile as t_quantile
 from runner.stats.paired import t_sf as t_sf
-from runner.stats.policy import MIN_VALUES as MIN_VALUES
-from runner.stats.policy import SPENDING_POWER as SPENDING_POWER
-from runner.stats.policy import Direction as Direction
-from runner.stats.policy import Policy as Policy

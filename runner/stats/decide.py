@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
 from kb.errors import UserError
+from kb.policy import MIN_VALUES, Direction, Policy
 from kb.vocabulary import VERDICT_STATUS
 from runner.stats.fmt import finite, interval, pct
 from runner.stats.paired import (
@@ -19,7 +20,6 @@ from runner.stats.paired import (
     t_quantile,
     unpaired_evidence,
 )
-from runner.stats.policy import MIN_VALUES, Direction, Policy
 
 Verdict = Literal["keep", "discard", "inconclusive", "continue"]
 

@@ -20,9 +20,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kb.policy import Policy
 from runner.stats.decide import Decision, Guard, apply_guards, confirm_by_wall_clock, decide_wave
 from runner.stats.paired import ratio_defined
-from runner.stats.policy import Policy
 
 K = TypeVar("K", bound=Hashable)
 Pairs = tuple[Sequence[float], Sequence[float]]

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import TypeVar
 
 from kb.errors import UserError
-from runner.stats.policy import MIN_VALUES, Policy
+from kb.policy import MIN_VALUES, Policy
 
 K = TypeVar("K", bound=Hashable)
 

@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from kb.jsoncol import decoded_dict
-from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
+from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS, SOURCE_FORMS
 from tui.cli.common import echo_json, echo_table, json_option, workspace
-from tui.cli.params import MAX_INT, ROW_ID, Number
+from tui.cli.params import MAX_INT, ROW_ID, TEXT, Number
 
 _MODEL = click.option(
     "--model", default=None, help="litellm model string (default: llm.model in the config)."
@@ -31,6 +31,53 @@ def cli() -> None:
 def _short(value: Any, width: int) -> str:
     text = " ".join(str(value or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@cli.command("add")
+@click.argument("title", type=TEXT)
+@click.option(
+    "--evidence",
+    "evidence_ids",
+    type=ROW_ID,
+    multiple=True,
+    help="An evidence id it cites (repeatable; `autoresearch kb search` finds them).",
+)
+@click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {SOURCE_FORMS}.")
+@click.option("--rationale", default="", help="Why it should help (what the evidence says).")
+@click.option("--expected-effect", type=Number(), default=None, help="Expected gain, e.g. 0.05 for +5%.")
+@json_option
+@click.pass_context
+def add(
+    ctx: click.Context,
+    title: str,
+    evidence_ids: tuple[int, ...],
+    sources: tuple[str, ...],
+    rationale: str,
+    expected_effect: float | None,
+    as_json: bool,
+) -> None:
+    """Propose a hypothesis of your own, citing its evidence (at least one --evidence or --source).
+
+    It waits as `proposed`; queue a patch for it with `autoresearch queue add PATCH --hypothesis ID`
+    (or approve it for the autopilot's patch writer)."""
+    from runner.submit import propose
+
+    added = propose(
+        workspace(ctx),
+        title,
+        evidence_ids=evidence_ids,
+        sources=sources,
+        rationale=rationale,
+        expected_effect=expected_effect,
+    )
+    if as_json:
+        echo_json(added.to_json())
+        return
+    click.echo(f"proposed hypothesis {added.hypothesis}: {added.title}")
+    if added.evidence:
+        click.echo(f"  cites   evidence {', '.join(map(str, added.evidence))}")
+    if added.sources:
+        click.echo(f"  sources {', '.join(added.sources)}")
 
 
 @cli.command("mine")
@@ -350,39 +397,16 @@ def rank(ctx: click.Context, as_json: bool) -> None:
     )
 
 
-def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from kb.errors import UserError
-    from kb.store import hypotheses as store
-
-    stored = store.stored(db, hypothesis_id)
-    if stored is None:
-        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
-    family = stored["family"]
-    row: dict[str, Any] = dict(stored)
-    row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
-    row["sources"] = store.source_refs(db, hypothesis_id)
-    row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
-    from kb.store.queue import queue_row
-
-    queued = queue_row(db, hypothesis_id)
-    row["rank_why"] = queued.rank_why
-    row["priority_set"] = queued.priority_set
-    row["outcome"] = queued.outcome
-    row["waits_behind"] = queued.waits_behind
-    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
-    return row
-
-
 @cli.command("show")
 @click.argument("hypothesis_id", type=ROW_ID)
 @json_option
 @click.pass_context
 def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     """One hypothesis: rationale, evidence, patches."""
+    from runner.hypotheses import details
+
     db = workspace(ctx).db()
-    h = _details(db, hypothesis_id)
+    h = details(db, hypothesis_id)
     if as_json:
         echo_json(h)
         return

@@ -231,7 +231,9 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
     """Start this same command without --detach in its own session, output to a log file."""
     from kb.db import connect
     from kb.store.runs import run_of_pid
+    from runner.measure.runlock import check_free
 
+    check_free(root)  # a run going here: refused now, in the words the runner would use
     # The child runs this same command, without --detach, on the same workspace.
     argv = [sys.executable, "-m", "tui.cli", "--workspace", str(root), "run", *_subcommand_args(ctx)]
     logs_dir.mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import click
 
-PANES = ("knowledge", "hypotheses", "fleet", "history")
+from tui.panes import NAMES
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @click.command("tui")
-@click.option("--pane", type=click.Choice(PANES), default="fleet", show_default=True, help="Pane to open on.")
+@click.option("--pane", type=click.Choice(NAMES), default="fleet", show_default=True, help="Pane to open on.")
 @click.option("--serve", is_flag=True, help="Serve the console to a web browser (textual-serve) instead.")
 @click.option(
     "--host",

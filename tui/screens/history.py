@@ -39,7 +39,7 @@ class HistoryScreen(AppScreen):
         self.runs: list[Any] = []
         self.run_id: int | None = None
         self.marked: int | None = None
-        self.page: data.Page[data.ExperimentRow] | None = None
+        self.page: data.Page[data.ExperimentLine] | None = None
 
     def compose_body(self) -> ComposeResult:
         yield DataTable(id="runs", cursor_type="row")
@@ -179,7 +179,7 @@ class HistoryScreen(AppScreen):
         table.column_spec = spec
         table.show_page(message.page, [(str(e.id), self.row_cells(e, wide)) for e in message.page.rows])
 
-    def row_cells(self, e: data.ExperimentRow, wide: bool) -> list[Text]:
+    def row_cells(self, e: data.ExperimentLine, wide: bool) -> list[Text]:
         verdict = e.verdict or "-"
         title = ("★ " if e.winner else "") + (f"[{e.kind}] " if e.kind != "candidate" else "") + e.title
         mark = "▶" if e.id == self.marked else ""
@@ -210,7 +210,7 @@ class HistoryScreen(AppScreen):
         if self.run_id is not None:
             self.load_run(self.run_id, event.offset)
 
-    def current_experiment(self) -> data.ExperimentRow | None:
+    def current_experiment(self) -> data.ExperimentLine | None:
         key = self.query_one("#experiments", PagedTable).current_key()
         if key is None or self.page is None:
             return None

@@ -14,13 +14,7 @@ from textual.widgets import DataTable, Static
 
 from tui.data import Page
 from tui.format import RICH_STATUS_COLOURS, page_caption
-
-PANES: tuple[tuple[str, str, str], ...] = (
-    ("1", "knowledge", "Knowledge"),
-    ("2", "hypotheses", "Hypotheses"),
-    ("3", "fleet", "Fleet"),
-    ("4", "history", "History"),
-)
+from tui.panes import PANES
 
 
 def cell(value: Any, style: str = "", *, justify: JustifyMethod = "left") -> Text:
@@ -57,7 +51,8 @@ class PaneBar(Static):
 
     def render_bar(self) -> Text:
         bar = Text(no_wrap=True, overflow="ellipsis")
-        for key, mode, label in PANES:
+        for pane in PANES:
+            key, mode, label = pane.key, pane.name, pane.label
             if mode == self.active:
                 bar.append(f" {key} {label} ", style="bold reverse")
             else:

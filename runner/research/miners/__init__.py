@@ -116,13 +116,11 @@ class MineReport:
 
 
 def added_ids(event_data: dict[str, Any]) -> list[int]:
-    """The hypotheses a `hypotheses.mine` event says were added, whatever miners ran."""
-    return [
-        int(hid)
-        for key, ids in event_data.items()
-        if key.endswith("_added") and isinstance(ids, list)
-        for hid in ids
-    ]
+    """The hypotheses a `hypotheses.mine` event says were added, whatever miners ran: the
+    registered miners' in their order, then any other miner's the event names."""
+    keys = [f"{m.name}_added" for m in miners()]
+    keys += sorted(k for k in event_data if k.endswith("_added") and k not in keys)
+    return [int(hid) for key in keys if isinstance(event_data.get(key), list) for hid in event_data[key]]
 
 
 def mine(ws: Workspace, db: sqlite_utils.Database, *, queue_protected: bool = False) -> MineReport:
