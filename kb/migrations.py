@@ -757,6 +757,18 @@ def m011_decision_family(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE decisions ADD COLUMN family TEXT")
 
 
+@migration
+@rebuilds_tables
+def m012_fleet_backend_names(db: sqlite_utils.Database) -> None:
+    """`workers.backend` takes any fleet backend's name: the runner's registry owns the names
+    (runner/fleet/registry.py), so a new backend needs no migration. The CHECK that listed `local`
+    and `skypilot` is dropped (the table rebuilt from its own definition: ids, rows, indexes and
+    the references from experiments and jobs kept)."""
+    _rebuild_from_own_sql(
+        db, "workers", lambda sql: sql.replace(" CHECK (backend IN ('local', 'skypilot'))", "", 1)
+    )
+
+
 def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:
     """SQLite's 12-step table change for a constraint: the new table from the old one's stored SQL
     as `edit` changes it, rows copied by column name, its indexes and triggers made again."""
