@@ -171,8 +171,9 @@ class SkyPilotSettings(_Section):
 
 
 class FleetSettings(_Section):
-    backend: Literal["local", "skypilot"] = "local"
-    """Where experiments run: `local` (processes on this machine) or `skypilot` (clusters)."""
+    backend: str = "local"
+    """Where experiments run: `local` (processes on this machine), `skypilot` (clusters), or another
+    fleet backend the runner registers (runner/fleet/registry.py; `run` checks the name)."""
     parallel: int = Field(2, ge=1)
     """Workers at once (local slots or clusters); locally, CPU-bound benchmarks should not share cores."""
     exclusive_pairs: bool = True

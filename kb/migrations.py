@@ -759,6 +759,18 @@ def m011_decision_family(db: sqlite_utils.Database) -> None:
 
 
 @migration
+@rebuilds_tables
+def m012_fleet_backend_names(db: sqlite_utils.Database) -> None:
+    """`workers.backend` takes any fleet backend's name: the runner's registry owns the names
+    (runner/fleet/registry.py), so a new backend needs no migration. The CHECK that listed `local`
+    and `skypilot` is dropped (the table rebuilt from its own definition: ids, rows, indexes and
+    the references from experiments and jobs kept)."""
+    _rebuild_from_own_sql(
+        db, "workers", lambda sql: sql.replace(" CHECK (backend IN ('local', 'skypilot'))", "", 1)
+    )
+
+
+@migration
 def m014_reading(db: sqlite_utils.Database) -> None:
     """Reading beyond what the user brings (issue 28):
     - `paper_keys`: every address, DOI, arXiv id and title key a paper is known by, so the same

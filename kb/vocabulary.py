@@ -75,6 +75,8 @@ them; `hypotheses.skip_areas` names them)."""
 RUN_STATUSES: tuple[str, ...] = ("running", "paused", "finished", "failed", "interrupted")
 RUN_LIVE: tuple[str, ...] = ("running", "paused")
 """A run a runner may still be driving (its heartbeat says whether one is)."""
+WORKER_LIVE: tuple[str, ...] = ("provisioning", "qualifying", "ready", "busy")
+"""A worker that is (or is about to be) up: a local slot, or a SkyPilot cluster that may exist."""
 STALE_HEARTBEAT = 30.0
 """Seconds: a runner whose heartbeat is older than this no longer drives its run (the runner beats
 every couple of seconds; a SkyPilot worker's watchdog and the console use the same figure)."""

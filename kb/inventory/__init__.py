@@ -7,8 +7,12 @@
 Modules, in the order the work flows:
 - layout: where a tree keeps its backends (folders, files, the old layout's CPU code, the config);
 - csource: the C-family source reader (comments and dead code blanked, functions, statements);
+- sources: a backend's files and the definitions looked up in them;
 - evaluator, simulate: what an op-list argument can be (literals, named lists, tables, run time);
-- scanner: one backend's fusion checks (predicates, wrappers, call sites, next-node checks);
+- predicates: the calls that decide a fusion (configured ones, wrappers, matchers), their arguments;
+- chains: hand-written next-node checks under `case` labels;
+- scanner: one backend's fusion checks: `BackendScanner` holds a `Reporter` (model), the `Sources`,
+  an `Evaluator` (with its `Simulator`) and the `NextNodeChecks`, each given what it needs;
 - scan: the whole tree, merged into fusions and gaps; store: the result as evidence in the database.
 """
 

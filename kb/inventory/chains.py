@@ -18,9 +18,9 @@ from __future__ import annotations
 import itertools
 import re
 
-from kb.inventory.csource import Function, SourceFile, Stmt, path_to
-from kb.inventory.model import MAX_VARIANTS
-from kb.inventory.simulate import Simulator
+from kb.inventory.csource import Function, SourceFile, path_to
+from kb.inventory.evaluator import Evaluator
+from kb.inventory.model import MAX_VARIANTS, Reporter, Rule, ScanOptions
 
 MAX_OFFSET = 16
 """Farthest next node a chain may check (`nodes[i + 16]`)."""
@@ -36,10 +36,18 @@ def _offset(m: re.Match[str]) -> int:
 _ANY_NEXT = re.compile(_NODE_AT + r"\s*(?:->\s*op\b|;)")
 
 
-class ChainScanner(Simulator):
-    """The evaluator and simulator plus the next-node checks under case labels."""
+class NextNodeChecks:
+    """Finds the chains a backend checks by hand under `case` labels, reporting them (and what it
+    cannot read) to the backend's `Reporter`; conditions are judged by its `Evaluator`."""
 
-    def _scan_case_next(self, f: SourceFile) -> None:
+    def __init__(self, rule: Rule, options: ScanOptions, ev: Evaluator, reporter: Reporter) -> None:
+        self.rule = rule
+        self.options = options
+        self.ev = ev
+        self.reporter = reporter
+
+    def scan(self, f: SourceFile) -> None:
+        """Every chain under a `case GGML_OP_X:` label of the file."""
         prefix = re.escape(self.rule.op_prefix)
         if "->op" not in f.code or "case" not in f.code or not _ANY_NEXT.search(f.code):
             return
@@ -48,12 +56,12 @@ class ChainScanner(Simulator):
             fn = f.function_at(m.start())
             if fn is None or self.options.reorder.search(fn.name):
                 continue
-            end = self._case_end(f.code, m.end(), fn.close)
+            end = case_end(f.code, m.end(), fn.close)
             checks = self._checks(f, check, m.end(), end)
             if not checks:
                 continue
-            self._site_functions.add((f.path, fn.open))
-            for head, found in self._by_condition(f, fn, checks, m.end(), end).items():
+            self.reporter.site_functions.add((f.path, fn.open))
+            for head, found in by_condition(f, fn, checks, m.end(), end).items():
                 self._chain(f, fn, m.group(1), head, found, m.end(), end)
 
     def _checks(
@@ -70,18 +78,6 @@ class ChainScanner(Simulator):
                 found.append((start + c.start(), k, c.group(1)))
         return sorted(p for p in found if 1 <= p[1] <= MAX_OFFSET)
 
-    @staticmethod
-    def _by_condition(
-        f: SourceFile, fn: Function, checks: list[tuple[int, int, str]], start: int, end: int
-    ) -> dict[int, list[tuple[int, int, str]]]:
-        """Checks grouped by the condition (or statement) that holds them, keyed by its start."""
-        groups: dict[int, list[tuple[int, int, str]]] = {}
-        for check in checks:
-            path = [(s, part) for s, part in path_to(f.body(fn), check[0]) if start <= s.start < end]
-            key = path[-1][0].start if path else check[0]
-            groups.setdefault(key, []).append(check)
-        return groups
-
     def _chain(
         self,
         f: SourceFile,
@@ -94,8 +90,8 @@ class ChainScanner(Simulator):
     ) -> None:
         pos = checks[0][0]
         path = [(s, part) for s, part in path_to(f.body(fn), pos) if s.start < end]
-        if self._dead(f, path):
-            self._exclude(f, pos, f"{self.rule.op_prefix}{first}: a next-node check in dead code")
+        if self.ev.dead(f, path):
+            self.reporter.exclude(f, pos, f"{self.rule.op_prefix}{first}: a next-node check in dead code")
             return
         # The conditions of the `if`s this one sits in (their then-branch) constrain the chain too.
         outer: list[tuple[int, int, str]] = []
@@ -110,7 +106,7 @@ class ChainScanner(Simulator):
         last = max(options)
         missing = [k for k in range(1, last + 1) if k not in options]
         if missing:
-            self._unclassified(
+            self.reporter.unclassified(
                 f, pos, f"next-node check of {first} skips node i+{missing[0]}: the chain is not written down"
             )
             return
@@ -119,7 +115,7 @@ class ChainScanner(Simulator):
             itertools.islice(itertools.product(*(options[k] for k in range(1, last + 1))), MAX_VARIANTS + 1)
         )
         if len(combos) > MAX_VARIANTS:
-            self._unclassified(f, pos, f"more than {MAX_VARIANTS} chains possible here")
+            self.reporter.unclassified(f, pos, f"more than {MAX_VARIANTS} chains possible here")
             return
         first_kind = self._enclosing_unary_case(f, start, pos) if first == self.options.unary_op else None
         for combo in combos:
@@ -128,7 +124,7 @@ class ChainScanner(Simulator):
                 if k < len(ops) and ops[k] == self.options.unary_op:
                     ops[k] = f"{self.options.unary_op}:{kind}"
             how = f"case {self.rule.op_prefix}{first}: next-node check"
-            self._emit(f, pos, tuple(ops), None, how, snippet_pos=pos)
+            self.reporter.emit(f, pos, tuple(ops), None, how, snippet_pos=pos)
 
     def _enclosing_unary_case(self, f: SourceFile, start: int, pos: int) -> str | None:
         """`case GGML_OP_UNARY: switch (kind) { case GGML_UNARY_OP_SIGMOID: <check> }`: the kind."""
@@ -136,7 +132,7 @@ class ChainScanner(Simulator):
             return None
         prefix = re.escape(self.rule.unary_prefix)
         for m in reversed(list(re.finditer(rf"\bcase\s+{prefix}(\w+)\s*:", f.code[start:pos]))):
-            if self._case_end(f.code, start + m.end(), pos + 1) >= pos:
+            if case_end(f.code, start + m.end(), pos + 1) >= pos:
                 return m.group(1)
         return None
 
@@ -161,29 +157,29 @@ class ChainScanner(Simulator):
             kinds.setdefault(_offset(m), m.group("kind"))
         return kinds
 
-    def _dead(self, f: SourceFile, path: list[tuple[Stmt, str]]) -> bool:
-        """A statement on the way is an `if` whose condition is constant (`false && ...`) against
-        the branch taken: the code there never runs."""
-        for stmt, part in path:
-            if stmt.kind in ("if", "loop") and stmt.head and part in ("then", "else", "head", "body"):
-                value = self._cond(f.code[stmt.head[0] : stmt.head[1]], {})
-                if value is False and part in ("then", "head", "body"):
-                    return True
-                if value is True and part == "else":
-                    return True
-        return False
 
-    @staticmethod
-    def _case_end(code: str, start: int, limit: int) -> int:
-        depth = 0
-        for m in re.finditer(r"[{}]|\bcase\b|\bdefault\s*:", code[start:limit]):
-            token = m.group()
-            if token == "{":
-                depth += 1
-            elif token == "}":
-                depth -= 1
-                if depth < 0:
-                    return start + m.start()
-            elif depth == 0:
+def case_end(code: str, start: int, limit: int) -> int:
+    depth = 0
+    for m in re.finditer(r"[{}]|\bcase\b|\bdefault\s*:", code[start:limit]):
+        token = m.group()
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+            if depth < 0:
                 return start + m.start()
-        return limit
+        elif depth == 0:
+            return start + m.start()
+    return limit
+
+
+def by_condition(
+    f: SourceFile, fn: Function, checks: list[tuple[int, int, str]], start: int, end: int
+) -> dict[int, list[tuple[int, int, str]]]:
+    """Checks grouped by the condition (or statement) that holds them, keyed by its start."""
+    groups: dict[int, list[tuple[int, int, str]]] = {}
+    for check in checks:
+        path = [(s, part) for s, part in path_to(f.body(fn), check[0]) if start <= s.start < end]
+        key = path[-1][0].start if path else check[0]
+        groups.setdefault(key, []).append(check)
+    return groups

@@ -7,16 +7,16 @@
 - loop variables over literal lists (`for (ggml_op op : {A, B})`), ternaries on them and
   `if (node->op == A || node->op == B)` guards giving the possible values.
 
-Lists built at run time are simulated by kb/inventory/simulate.py. What cannot be resolved raises
-Unresolved with the reason, which the scanner reports as unclassified.
+Lists built at run time are simulated by kb/inventory/simulate.py (the evaluator's `Simulator`,
+which reads values back through it). What cannot be resolved raises Unresolved with the reason,
+which the scanner reports as unclassified.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from functools import lru_cache
 
 from kb.inventory.csource import (
@@ -31,83 +31,27 @@ from kb.inventory.csource import (
     strip_parens,
     to_semicolon,
 )
-from kb.inventory.model import MAX_VARIANTS, Reporter, Rule, ScanOptions, Unresolved
+from kb.inventory.model import MAX_VARIANTS, Reporter, Rule, Unresolved, Variant
+from kb.inventory.simulate import Simulator
+from kb.inventory.sources import Sources
 
 
-@dataclass(frozen=True)
-class Variant:
-    ops: tuple[str, ...]
-    file: SourceFile | None = None
-    pos: int | None = None
-    how: str = ""
-    unary: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Definition:
-    file: SourceFile
-    name_pos: int
-    init: int | None  # position of the `{` of the initializer
-    ctor: str | None  # text inside `name(...)` for `std::vector<T> name(n, value)`
-    func: Function | None
-
-
-class Evaluator(Reporter):
+class Evaluator:
     """The possible values of op-valued expressions and op lists in one backend's sources (plus the
-    shared files, for definitions). The scanner (kb/inventory/scanner.py) builds on it."""
+    shared files, for definitions). The scanner (kb/inventory/scanner.py) and the next-node checks
+    (kb/inventory/chains.py) ask it; its `Simulator` follows lists built at run time."""
 
-    def __init__(
-        self,
-        backend: str,
-        files: Sequence[SourceFile],
-        shared: Sequence[SourceFile],
-        rule: Rule,
-        options: ScanOptions,
-    ) -> None:
-        super().__init__(backend, options)
-        self.files = list(files)
-        self.shared = list(shared)
+    def __init__(self, rule: Rule, sources: Sources, reporter: Reporter) -> None:
         self.rule = rule
-        self._defs: dict[tuple[str, str], list[Definition]] = {}
-        self._op_re = re.compile(rf"^{re.escape(rule.op_prefix)}(\w+)$")
-        self._unary_re = re.compile(rf"^{re.escape(rule.unary_prefix)}(\w+)$") if rule.unary_prefix else None
-        self._functions: dict[str, tuple[SourceFile, Function] | None] = {}
-        self._table_functions: set[str] = set()
-        self._site_functions: set[tuple[str, int]] = set()
-
-    def _function(self, name: str) -> tuple[SourceFile, Function] | None:
-        """The definition of `name` in this backend or a shared file (segmenting only files that
-        mention it)."""
-        if name not in self._functions:
-            found: tuple[SourceFile, Function] | None = None
-            for f in [*self.files, *self.shared]:
-                if name in f.code:
-                    fn = f.function_by_name.get(name)
-                    if fn is not None:
-                        found = (f, fn)
-                        break
-            self._functions[name] = found
-        return self._functions[name]
-
-    @staticmethod
-    def _plain_name(text: str) -> str | None:
-        t = Evaluator._unwrap(text)
-        return t if IDENT.fullmatch(t) else None
-
-    @staticmethod
-    def _unwrap(text: str) -> str:
-        t = text.strip()
-        t = re.sub(r"\s*(?:\.|->)\s*(?:data|begin)\s*\(\s*\)\s*$", "", t)
-        t = re.sub(r"^&\s*(\w+)\s*\[\s*0\s*\]$", r"\1", t)
-        t = re.sub(r"^[*&]\s*(?=[A-Za-z_][\w.>\-]*$)", "", t)  # *ops, &named_list, *entry.ops
-        t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*(?:const\s*)?\*\s*\)\s*", "", t)
-        t = re.sub(r"^(?:const\s+)?(?:std::)?(?:initializer_list|vector|array)\s*<[^{]*>\s*(?=\{)", "", t)
-        t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*\[\s*\w*\s*\]\s*\)\s*(?=\{)", "", t)
-        return t.strip()
+        self.sources = sources
+        self.reporter = reporter
+        self.simulator = Simulator(self)
+        self.op_re = re.compile(rf"^{re.escape(rule.op_prefix)}(\w+)$")
+        self.unary_re = re.compile(rf"^{re.escape(rule.unary_prefix)}(\w+)$") if rule.unary_prefix else None
 
     # -- evaluation --
 
-    def _envs(self, f: SourceFile, fn: Function, pos: int) -> Iterator[dict[str, object]]:
+    def envs(self, f: SourceFile, fn: Function, pos: int) -> Iterator[dict[str, object]]:
         """Bindings of enclosing `for (x : {A, B})` loops, keeping only those that reach `pos`."""
         path = path_to(f.body(fn), pos)
         loops: list[tuple[str, list[object]]] = []
@@ -125,7 +69,7 @@ class Evaluator(Reporter):
                 for elem, _ in split_top(iterable[1:-1]):
                     if not elem:
                         continue
-                    value = self._constant(elem)
+                    value = self.constant(elem)
                     if value is None:
                         break
                     values.append(value)
@@ -144,14 +88,26 @@ class Evaluator(Reporter):
     def _reachable(self, f: SourceFile, path: list[tuple[Stmt, str]], env: dict[str, object]) -> bool:
         for stmt, part in path:
             if stmt.kind == "if" and stmt.head and part in ("then", "else"):
-                value = self._cond(f.code[stmt.head[0] : stmt.head[1]], env)
+                value = self.cond(f.code[stmt.head[0] : stmt.head[1]], env)
                 if value is not None and value != (part == "then"):
                     return False
         return True
 
-    def _constant(self, text: str) -> object | None:
+    def dead(self, f: SourceFile, path: list[tuple[Stmt, str]]) -> bool:
+        """A statement on the way is an `if` whose condition is constant (`false && ...`) against
+        the branch taken: the code there never runs."""
+        for stmt, part in path:
+            if stmt.kind in ("if", "loop") and stmt.head and part in ("then", "else", "head", "body"):
+                value = self.cond(f.code[stmt.head[0] : stmt.head[1]], {})
+                if value is False and part in ("then", "head", "body"):
+                    return True
+                if value is True and part == "else":
+                    return True
+        return False
+
+    def constant(self, text: str) -> object | None:
         t = strip_parens(text)
-        m = self._op_re.match(t)
+        m = self.op_re.match(t)
         if m:
             return m.group(1)
         if t in ("true", "false"):
@@ -160,20 +116,20 @@ class Evaluator(Reporter):
             return int(re.sub(r"[uUlL]+$", "", t))
         return None
 
-    def _cond(self, text: str, env: dict[str, object]) -> bool | None:
+    def cond(self, text: str, env: dict[str, object]) -> bool | None:
         """Evaluate a condition when it only depends on bound loop variables and constants."""
         t = strip_parens(text)
         for sep, combine in (("||", any), ("&&", all)):
             parts = split_top(t, sep)
             if len(parts) > 1:
-                values = [self._cond(p, env) for p, _ in parts]
+                values = [self.cond(p, env) for p, _ in parts]
                 if combine is any and any(v is True for v in values):
                     return True
                 if combine is all and any(v is False for v in values):
                     return False
                 return None if any(v is None for v in values) else combine(bool(v) for v in values)
         if t.startswith("!") and not t.startswith("!="):
-            inner = self._cond(t[1:], env)
+            inner = self.cond(t[1:], env)
             return None if inner is None else not inner
         m = re.fullmatch(r"(.+?)\s*(==|!=)\s*(.+)", t)
         if m:
@@ -191,27 +147,27 @@ class Evaluator(Reporter):
         t = strip_parens(text)
         if t in env:
             return env[t]
-        return self._constant(t)
+        return self.constant(t)
 
-    def _values(
+    def values(
         self, f: SourceFile, fn: Function, pos: int, text: str, env: dict[str, object], depth: int = 0
     ) -> list[object]:
         """The possible values of an op-valued expression at `pos`."""
         t = strip_parens(text)
         if depth > 8:
             raise Unresolved(f"cannot follow {t}")
-        constant = self._constant(t)
+        constant = self.constant(t)
         if constant is not None:
             return [constant]
         if t in env:
             return [env[t]]
-        q = self._find_top(t, "?")
+        q = find_top(t, "?")
         if q is not None:
-            colon = self._find_top(t, ":", q + 1)
+            colon = find_top(t, ":", q + 1)
             if colon is not None:
-                cond = self._cond(t[:q], env)
-                yes = self._values(f, fn, pos, t[q + 1 : colon], env, depth + 1)
-                no = self._values(f, fn, pos, t[colon + 1 :], env, depth + 1)
+                cond = self.cond(t[:q], env)
+                yes = self.values(f, fn, pos, t[q + 1 : colon], env, depth + 1)
+                no = self.values(f, fn, pos, t[colon + 1 :], env, depth + 1)
                 if cond is True:
                     return yes
                 if cond is False:
@@ -220,26 +176,11 @@ class Evaluator(Reporter):
         if IDENT.fullmatch(t):
             local = self._local_scalar(f, fn, pos, t)
             if local is not None:
-                return self._values(f, fn, local[1], local[0], env, depth + 1)
+                return self.values(f, fn, local[1], local[0], env, depth + 1)
         guarded = self._guard_values(f, fn, pos, t)
         if guarded:
             return list(guarded)
         raise Unresolved(f"op value {t} is only known at run time")
-
-    @staticmethod
-    def _find_top(text: str, char: str, start: int = 0) -> int | None:
-        depth = 0
-        for i in range(start, len(text)):
-            c = text[i]
-            if c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth -= 1
-            elif c == char and depth == 0:
-                if char == ":" and (text[i + 1 : i + 2] == ":" or text[i - 1 : i] == ":"):
-                    continue
-                return i
-        return None
 
     def _local_scalar(self, f: SourceFile, fn: Function, pos: int, name: str) -> tuple[str, int] | None:
         """`T name = expr;` before `pos` in the function, when nothing reassigns it: (expr, position)."""
@@ -277,7 +218,7 @@ class Evaluator(Reporter):
                         break
                     left, right = re.sub(r"\s+", "", m.group(1)), re.sub(r"\s+", "", m.group(2))
                     side = right if left == key else left if right == key else None
-                    op = self._op_re.match(side) if side else None
+                    op = self.op_re.match(side) if side else None
                     if not op:
                         values = set()
                         break
@@ -286,7 +227,7 @@ class Evaluator(Reporter):
                     return values
         return set()
 
-    def _eval_list(
+    def eval_list(
         self,
         f: SourceFile,
         fn: Function | None,
@@ -298,9 +239,9 @@ class Evaluator(Reporter):
     ) -> list[Variant]:
         if depth > 6:
             raise Unresolved(f"cannot follow {text.strip()}")
-        t = self._unwrap(text)
+        t = unwrap(text)
         if t.startswith("{"):
-            return [Variant(ops) for ops in self._brace(f, fn, pos, t, env)]
+            return [Variant(ops) for ops in self.brace(f, fn, pos, t, env)]
         m = re.fullmatch(r"(\w+)\s*\+\s*(.+)", t)
         if m and fn is not None:
             return self._offset_list(f, fn, pos, m.group(1), m.group(2), env, count_text)
@@ -309,29 +250,29 @@ class Evaluator(Reporter):
             return self._table(f, fn, pos, m.group(1), m.group(2), t)
         if IDENT.fullmatch(t):
             if fn is not None:  # a loop variable shadows any outer name: for (auto & ops : patterns)
-                rows = self._loop_rows(f, fn, pos, t, None, t)
+                rows = self.loop_rows(f, fn, pos, t, None, t)
                 if rows is not None:
                     return rows
-            d = self._definition(f, fn, pos, t)
+            d = self.sources.definition(f, fn, pos, t)
             if fn is not None and (d is None or d.func is None):
                 alias = self._local_scalar(f, fn, pos, t)
                 if alias is not None:  # `const auto & ops = other;`
-                    return self._eval_list(f, fn, alias[1], alias[0], env, count_text, depth + 1)
+                    return self.eval_list(f, fn, alias[1], alias[0], env, count_text, depth + 1)
             if d is None:
                 raise Unresolved(f"op list {t} is not defined in this backend or a shared header")
             if d.init is not None:
                 close = match_forward(d.file.code, d.init)
                 body = d.file.code[d.init : close + 1]
                 where = d.func if d.func is not None else None
-                lists = self._brace(d.file, where, d.init, body, env if d.file is f else {})
+                lists = self.brace(d.file, where, d.init, body, env if d.file is f else {})
                 how = f"list {t}" + (f" ({d.file.path})" if d.file is not f else "")
                 return [Variant(ops, how=how) for ops in lists]
             if d.func is not None and fn is not None and d.file is f:
-                return self._simulate(f, fn, d, t, pos, env, count_text, offset=0)
+                return self.simulator.simulate(f, fn, d, t, pos, env, count_text, offset=0)
             raise Unresolved(f"op list {t} has no initializer here")
         raise Unresolved(f"op list {t[:60]} is an expression the scanner does not follow")
 
-    def _brace(
+    def brace(
         self, f: SourceFile, fn: Function | None, pos: int, text: str, env: dict[str, object]
     ) -> list[tuple[str, ...]]:
         inner = text.strip()
@@ -342,12 +283,12 @@ class Evaluator(Reporter):
             if not elem:
                 continue
             if fn is None:
-                value = self._constant(elem)
+                value = self.constant(elem)
                 if not isinstance(value, str):
                     raise Unresolved(f"element {elem} of a shared list is not an op constant")
                 options.append([value])
                 continue
-            vals = [v for v in self._values(f, fn, pos, elem, env) if isinstance(v, str)]
+            vals = [v for v in self.values(f, fn, pos, elem, env) if isinstance(v, str)]
             if not vals:
                 raise Unresolved(f"element {elem} is not an op")
             options.append(vals)
@@ -374,16 +315,16 @@ class Evaluator(Reporter):
             start = 0  # a counter from 0: the first window
         else:
             raise Unresolved(f"op list {base} + {off}: the offset is only known at run time")
-        d = self._definition(f, fn, pos, base)
+        d = self.sources.definition(f, fn, pos, base)
         if d is None or d.init is not None or d.func is None:
             raise Unresolved(f"op list {base} + {off} is not a list built in this function")
-        return self._simulate(f, fn, d, base, pos, env, count_text, offset=start)
+        return self.simulator.simulate(f, fn, d, base, pos, env, count_text, offset=start)
 
     def _table(
         self, f: SourceFile, fn: Function, pos: int, var: str, member: str, text: str
     ) -> list[Variant]:
         """`for (auto & row : TABLE) ... row.member`: every row of the registry is a fusion."""
-        found = self._loop_rows(f, fn, pos, var, member, text)
+        found = self.loop_rows(f, fn, pos, var, member, text)
         if found is None:
             if fn.param_index(var) is not None:
                 raise Unresolved(f"{text}: {var} is a parameter, the list is chosen by the caller")
@@ -412,7 +353,7 @@ class Evaluator(Reporter):
             return (m.group(1), None) if m else None
         return found
 
-    def _loop_rows(
+    def loop_rows(
         self, f: SourceFile, fn: Function, pos: int, var: str, member: str | None, text: str
     ) -> list[Variant] | None:
         """The op lists a loop variable takes: each row of the table (or braced list) the loop runs
@@ -428,7 +369,7 @@ class Evaluator(Reporter):
             inner = iterable[1 : match_forward(iterable, 0)]
             rows = [(elem, at + 1 + off) for elem, off in split_top(inner)]
         else:
-            d = self._definition(f, fn, pos, iterable) if IDENT.fullmatch(iterable) else None
+            d = self.sources.definition(f, fn, pos, iterable) if IDENT.fullmatch(iterable) else None
             if d is None or d.init is None:
                 raise Unresolved(f"{text}: table {iterable} has no initializer to read")
             rows_file, label = d.file, f"table {iterable}"
@@ -441,7 +382,7 @@ class Evaluator(Reporter):
             lists, elems = self._row_lists(rows_file, row, member, index)
             if not lists:
                 raise Unresolved(f"a row of {label} has no op list the scanner can read")
-            self._table_functions |= {e for e in elems if IDENT.fullmatch(e)}
+            self.reporter.table_functions |= {e for e in elems if IDENT.fullmatch(e)}
             kinds = self._row_unary(rows_file, elems)
             for ops in lists:
                 out.append(Variant(ops, rows_file, row_pos, label, kinds))
@@ -472,98 +413,66 @@ class Evaluator(Reporter):
         return lists, elems
 
     def _row_list(self, f: SourceFile, text: str) -> list[tuple[str, ...]] | None:
-        t = self._unwrap(text)
+        t = unwrap(text)
         if t.startswith("{"):
             elems = [e for e, _ in split_top(t[1 : match_forward(t, 0)]) if e]
-            if elems and all(isinstance(self._constant(e), str) for e in elems):
-                return [tuple(str(self._constant(e)) for e in elems)]
+            if elems and all(isinstance(self.constant(e), str) for e in elems):
+                return [tuple(str(self.constant(e)) for e in elems)]
             return None
         if IDENT.fullmatch(t):
-            d = self._definition(f, None, 0, t)
+            d = self.sources.definition(f, None, 0, t)
             if d is None or d.init is None:
                 return None
             body = d.file.code[d.init : match_forward(d.file.code, d.init) + 1]
             elems = [e for e, _ in split_top(body[1:-1]) if e]
-            if elems and all(isinstance(self._constant(e), str) for e in elems):
-                return [tuple(str(self._constant(e)) for e in elems)]
+            if elems and all(isinstance(self.constant(e), str) for e in elems):
+                return [tuple(str(self.constant(e)) for e in elems)]
         return None
 
     def _row_unary(self, f: SourceFile, elems: list[str]) -> tuple[str, ...] | None:
-        if self._unary_re is None:
+        if self.unary_re is None:
             return None
         prefix = re.escape(self.rule.unary_prefix)
         kinds: set[str] = set()
         for elem in elems:
-            helper = self._function(elem) if IDENT.fullmatch(elem) else None
+            helper = self.sources.function(elem) if IDENT.fullmatch(elem) else None
             if helper is not None:
                 hf, hfn = helper
                 kinds |= set(re.findall(rf"{prefix}(\w+)", hf.code[hfn.open : hfn.close]))
         return (kinds.pop(),) if len(kinds) == 1 else None
 
-    # -- definitions --
 
-    def _definition(self, f: SourceFile, fn: Function | None, pos: int, name: str) -> Definition | None:
-        if fn is not None:
-            local = [
-                d
-                for d in self._defs_in(f, name)
-                if d.func is not None and d.func.open == fn.open and d.name_pos < pos
-            ]
-            if local:
-                return local[-1]
-        for source in (f, *[x for x in self.files if x is not f], *self.shared):
-            glob = [d for d in self._defs_in(source, name) if d.func is None]
-            if glob:
-                return glob[0]
-        return None
+def plain_name(text: str) -> str | None:
+    """The identifier an argument names (`ops`, `&ops[0]`, `ops.data()`), or None."""
+    t = unwrap(text)
+    return t if IDENT.fullmatch(t) else None
 
-    def _defs_in(self, f: SourceFile, name: str) -> list[Definition]:
-        key = (f.path, name)
-        if key in self._defs:
-            return self._defs[key]
-        found: list[Definition] = []
-        code = f.code
-        init, decl = _definition_patterns(name)
-        pos = code.find(name)
-        while pos >= 0:
-            nxt = pos + len(name)
-            if (pos == 0 or not (code[pos - 1].isalnum() or code[pos - 1] in "_.>:")) and not (
-                nxt < len(code) and (code[nxt].isalnum() or code[nxt] == "_")
-            ):
-                m = init.match(code, pos)
-                if m and self._is_declaration(code, pos):
-                    found.append(Definition(f, pos, m.end() - 1, None, f.function_at(pos)))
-                else:
-                    m = decl.match(code, pos)
-                    if m and self._is_declaration(code, pos):
-                        found.append(Definition(f, pos, None, m.group("ctor"), f.function_at(pos)))
-            pos = code.find(name, nxt)
-        self._defs[key] = found
-        return found
 
-    @staticmethod
-    def _is_declaration(code: str, name_pos: int) -> bool:
-        """A type (not an operator or `return`) precedes the name."""
-        before = code[max(0, name_pos - 80) : name_pos].rstrip()
-        if not before or before[-1] not in "_>*&" and not before[-1].isalnum():
-            return False
-        word = re.search(r"(\w+)$", before)
-        return not (word and word.group(1) in ("return", "case", "else", "sizeof", "new", "delete"))
+def unwrap(text: str) -> str:
+    """An op-list argument without what only passes it along: `.data()`, `&x[0]`, `*`, casts."""
+    t = text.strip()
+    t = re.sub(r"\s*(?:\.|->)\s*(?:data|begin)\s*\(\s*\)\s*$", "", t)
+    t = re.sub(r"^&\s*(\w+)\s*\[\s*0\s*\]$", r"\1", t)
+    t = re.sub(r"^[*&]\s*(?=[A-Za-z_][\w.>\-]*$)", "", t)  # *ops, &named_list, *entry.ops
+    t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*(?:const\s*)?\*\s*\)\s*", "", t)
+    t = re.sub(r"^(?:const\s+)?(?:std::)?(?:initializer_list|vector|array)\s*<[^{]*>\s*(?=\{)", "", t)
+    t = re.sub(r"^\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*\[\s*\w*\s*\]\s*\)\s*(?=\{)", "", t)
+    return t.strip()
 
-    def _simulate(
-        self,
-        f: SourceFile,
-        fn: Function,
-        d: Definition,
-        name: str,
-        site: int,
-        env: dict[str, object],
-        count_text: str | None,
-        offset: int,
-    ) -> list[Variant]:
-        """The op lists `name` can hold at `site` when the function builds it at run time
-        (kb/inventory/simulate.py)."""
-        raise NotImplementedError
+
+def find_top(text: str, char: str, start: int = 0) -> int | None:
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == char and depth == 0:
+            if char == ":" and (text[i + 1 : i + 2] == ":" or text[i - 1 : i] == ":"):
+                continue
+            return i
+    return None
 
 
 @lru_cache(maxsize=4096)
@@ -575,16 +484,3 @@ def _scalar_pattern(name: str) -> re.Pattern[str]:
 def _reassigned(name: str) -> re.Pattern[str]:
     n = re.escape(name)
     return re.compile(rf"(?<![\w.>]){n}\s*(?:[-+*/|&]?=(?!=)|\+\+|--)|(?:\+\+|--)\s*{n}\b")
-
-
-@lru_cache(maxsize=4096)
-def _definition_patterns(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """Regexes matched at an occurrence of `name`: an initialized list, or a declaration/ctor."""
-    n = re.escape(name)
-    init = re.compile(
-        rf"{n}\s*(?:\[[^\]]*\]\s*)*(?:=\s*)?"
-        rf"(?:\(\s*(?:const\s+)?(?:enum\s+)?[\w:]+\s*(?:\[\s*\w*\s*\]|\*)\s*\)\s*)?"
-        rf"(?:(?:std::)?(?:initializer_list|vector|array)\s*<[^;{{]*>\s*)?\{{"
-    )
-    decl = re.compile(rf"{n}\s*(?:(?:\[[^\]]*\]\s*)+;|;|\((?P<ctor>[^;]*)\)\s*;)")
-    return init, decl

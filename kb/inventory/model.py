@@ -31,6 +31,17 @@ class Unresolved(Exception):
     """An op list the scanner cannot resolve; the message says why (it becomes `unclassified`)."""
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One op list a fusion check's argument can be, and where it is written when not at the call."""
+
+    ops: tuple[str, ...]
+    file: SourceFile | None = None
+    pos: int | None = None
+    how: str = ""
+    unary: tuple[str, ...] | None = None
+
+
 # --- data the scan produces ------------------------------------------------------------------------
 
 
@@ -178,15 +189,21 @@ class Inventory:
 
 
 class Reporter:
-    """What a backend scan reports: sites (normalised to fusion keys), and the notes on what was left
-    out (excluded) or could not be read (unclassified), each with file, line, snippet and reason."""
+    """What one backend's scan reports: sites (normalised to fusion keys), and the notes on what was
+    left out (excluded) or could not be read (unclassified), each with file, line, snippet and
+    reason. It also remembers which functions already hold a fusion or name a table's rows, so the
+    last pass (hand-written matchers) does not report them again."""
 
     def __init__(self, backend: str, options: ScanOptions) -> None:
         self.backend = backend
         self.options = options
         self.result = BackendResult()
+        self.site_functions: set[tuple[str, int]] = set()
+        """(file, function start) of every function where a fusion was decided."""
+        self.table_functions: set[str] = set()
+        """Functions a registry table names in its rows (each row's helper)."""
 
-    def _emit(
+    def emit(
         self,
         f: SourceFile,
         pos: int,
@@ -203,16 +220,16 @@ class Reporter:
                     ops[i] = f"{self.options.unary_op}:{kind}"
         normal = normalise(ops, self.options.view_ops)
         if len(normal) < 2:
-            self._exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
+            self.exclude(f, snippet_pos, f"{'+'.join(raw)}: one op left once views are dropped")
             return
         self.result.sites.append(
             Site(self.backend, normal, tuple(ops), f.path, f.line_of(pos), how, f.snippet(snippet_pos))
         )
 
-    def _unclassified(self, f: SourceFile, pos: int, why: str) -> None:
+    def unclassified(self, f: SourceFile, pos: int, why: str) -> None:
         self.result.unclassified.append(
             Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why)
         )
 
-    def _exclude(self, f: SourceFile, pos: int, why: str) -> None:
+    def exclude(self, f: SourceFile, pos: int, why: str) -> None:
         self.result.excluded.append(Unclassified(self.backend, f.path, f.line_of(pos), f.snippet(pos), why))

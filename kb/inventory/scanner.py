@@ -5,10 +5,14 @@ relatives, or the calls a project names in its config) has its op list resolved 
 
 - helper functions that forward one of their parameters to a predicate (wrappers of wrappers too,
   wherever in the backend or the shared files they are defined), and functions that compare a
-  parameter list against `node->op` element by element (matchers);
+  parameter list against `node->op` element by element (matchers): kb/inventory/predicates.py;
 - unary kinds from a second argument (`{GGML_UNARY_OP_SILU}`) or from the one helper that checks it;
 - hand-written "the next nodes are ops X, Y, ..." checks under a `case GGML_OP_...:` label, one chain
-  per condition, kept whole.
+  per condition, kept whole: kb/inventory/chains.py.
+
+`BackendScanner` holds its parts, each given what it needs: the `Sources` (definitions looked up),
+the `Reporter` (what is found or left out), the `Evaluator` (op values and lists, with its
+`Simulator` for lists built at run time) and the `NextNodeChecks`.
 
 Look-alikes are dropped: calls in comments or dead code (`#if 0`, `if (false && ...)`), calls inside
 graph-reordering functions (`*graph_optimize*`, `*reorder*`), and calls that start at an offset
@@ -20,64 +24,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from kb.inventory.chains import ChainScanner
-from kb.inventory.csource import (
-    IDENT,
-    INT,
-    Function,
-    SourceFile,
-    match_forward,
-    path_to,
-    split_top,
-    strip_parens,
-)
-from kb.inventory.evaluator import Variant
+from kb.inventory.chains import NextNodeChecks
+from kb.inventory.csource import IDENT, Function, SourceFile, path_to, split_top, strip_parens
+from kb.inventory.evaluator import Evaluator, plain_name, unwrap
 from kb.inventory.model import (
-    GGML_CALLS,
     MAX_VARIANTS,
     BackendResult,
+    Reporter,
     Rule,
     ScanOptions,
     SingleOp,
     Unresolved,
+    Variant,
 )
+from kb.inventory.predicates import Predicate, call_args, call_re, find_predicates, positions
+from kb.inventory.sources import Sources
 
 _BY_HAND = re.compile(
     r"nodes\s*\[\s*\w+\s*\+\s*(?P<k>\w+)\s*\]\s*->\s*op\s*[!=]=\s*"
     r"(?P<list>\w+)\s*(?:\.\s*begin\s*\(\s*\)\s*)?\[\s*(?P=k)\s*\]"
 )
 """`nodes[i + k]->op == ops[k]`: a node compared with the k-th element of a list, by hand."""
-_INDEXED_OP_COMPARE = re.compile(
-    r"->\s*op\s*[!=]=\s*\w+\s*(?:\.\s*begin\s*\(\s*\)\s*)?\[|\]\s*[!=]=\s*[\w\[\]\->.+ ]*->\s*op\b"
-)
 
 
-@dataclass
-class Predicate:
-    """A function whose call decides a fusion: where its op list, unary kinds and start index are."""
-
-    name: str
-    ops_arg: int | None  # None: the first list-like argument after the graph
-    index_arg: int | None = 1
-    count_arg: int | None = None
-    how: str = "call"
-
-
-def _core_predicate(name: str, nargs: int) -> tuple[int, int | None, int | None]:
-    """(ops, count, index) argument positions of ggml's own predicates for a call with `nargs`."""
-    if name == "ggml_can_fuse_subgraph":
-        return (3, 2, 1) if nargs >= 5 else (2, None, 1)
-    if name == "ggml_can_fuse_subgraph_ext":
-        return 3, 2, None
-    if name == "ggml_can_fuse_ext":
-        return 2, 3, None
-    return 2, 3, 1
-
-
-class BackendScanner(ChainScanner):
-    """All the analysis of one backend (its files, plus shared files for definitions)."""
+class BackendScanner:
+    """All the analysis of one backend (its files, plus shared files for definitions): the predicates
+    and their call sites here, op lists resolved by its `Evaluator`, next-node chains by its
+    `NextNodeChecks`, everything reported to its `Reporter`."""
 
     def __init__(
         self,
@@ -87,7 +61,15 @@ class BackendScanner(ChainScanner):
         rule: Rule,
         options: ScanOptions,
     ) -> None:
-        super().__init__(backend, files, shared, rule, options)
+        self.backend = backend
+        self.rule = rule
+        self.options = options
+        self.files = list(files)
+        self.shared = list(shared)
+        self.reporter = Reporter(backend, options)
+        self.sources = Sources(files, shared)
+        self.ev = Evaluator(rule, self.sources, self.reporter)
+        self.chains = NextNodeChecks(rule, options, self.ev, self.reporter)
         self.predicates: dict[str, Predicate] = {}
 
     # -- entry point --
@@ -95,10 +77,10 @@ class BackendScanner(ChainScanner):
     def scan(self) -> BackendResult:
         relevant = [f for f in self.files if self.rule.op_prefix in f.raw or self._mentions_calls(f)]
         # Wrappers may be defined in any file of the backend, or in a shared header.
-        self._discover_predicates([*relevant, *self.shared])
+        self.predicates = find_predicates(self.rule.calls, [*relevant, *self.shared])
         for f in relevant:
             self._scan_calls(f)
-            self._scan_case_next(f)
+            self.chains.scan(f)
             self._scan_loop_matches(f)
             self._scan_other_calls(f)
             if self.rule.pattern is not None:
@@ -106,131 +88,48 @@ class BackendScanner(ChainScanner):
         for f in relevant:
             self._scan_matchers(f)
         self._scan_singles(relevant)
-        return self.result
+        return self.reporter.result
 
     def _mentions_calls(self, f: SourceFile) -> bool:
         return any(name in f.raw for name in self.rule.calls)
 
     # -- predicates: the configured calls, their wrappers and op-list matchers --
 
-    def _discover_predicates(self, files: Sequence[SourceFile]) -> None:
-        for name in self.rule.calls:
-            self.predicates[name] = Predicate(name, None)
-        for f in files:
-            if _INDEXED_OP_COMPARE.search(f.code):
-                for fn in f.functions:
-                    self._maybe_matcher(f, fn)
-        changed = True
-        while changed:
-            changed = False
-            call_re = self._call_re()
-            for f in files:
-                if not any(n in f.code for n in self.predicates):
-                    continue
-                for m in call_re.finditer(f.code):
-                    owner = f.function_at(m.start())
-                    if owner is None or owner.name in self.predicates or not owner.params:
-                        continue
-                    args = self._args(f, m.end() - 1)
-                    pred = self.predicates[m.group(1)]
-                    ops_i, _, index_i = self._positions(pred, args)
-                    if ops_i is None or ops_i >= len(args):
-                        continue
-                    ident = self._plain_name(args[ops_i][0])
-                    param = owner.param_index(ident) if ident else None
-                    if param is None:
-                        continue
-                    index_param = None
-                    if index_i is not None and index_i < len(args):
-                        index_param = owner.param_index(args[index_i][0].strip())
-                    self.predicates[owner.name] = Predicate(
-                        owner.name, param, index_param, None, how=f"helper {owner.name}"
-                    )
-                    changed = True
-
-    def _maybe_matcher(self, f: SourceFile, fn: Function) -> None:
-        """A function comparing `node->op` with the elements of one of its list parameters."""
-        if fn.name in self.predicates or not fn.param_text.strip():
-            return
-        body = f.code[fn.open : fn.close]
-        if "->op" not in body or not _INDEXED_OP_COMPARE.search(body):
-            return
-        for i, p in enumerate(fn.params):
-            if re.search(r"\bint\b|\bbool\b|tensor|cgraph|graph\b", p.type) and "op" not in p.type:
-                continue
-            name = re.escape(p.name)
-            elem = rf"\b{name}\s*(?:\.\s*begin\s*\(\s*\)\s*)?\["
-            if re.search(rf"->\s*op\s*(?:!=|==)\s*{elem}", body) or re.search(
-                rf"{elem}[^\]]*\]\s*(?:!=|==)\s*[\w\[\]\->.+ ]*->\s*op\b", body
-            ):
-                index = i - 1 if i > 0 and re.search(r"\bint\b|size_t", fn.params[i - 1].type) else None
-                self.predicates[fn.name] = Predicate(fn.name, i, index, None, how=f"matcher {fn.name}")
-                return
-
-    def _call_re(self) -> re.Pattern[str]:
-        """Calls of the predicates; a wrapper may be a method (`ctx->can_fuse(i, {...})`)."""
-        names = sorted(self.predicates, key=len, reverse=True)
-        return re.compile(r"(?<![\w:])(" + "|".join(re.escape(n) for n in names) + r")\s*\(")
-
-    def _args(self, f: SourceFile, open_paren: int) -> list[tuple[str, int]]:
-        close = match_forward(f.code, open_paren)
-        return [(t, open_paren + 1 + off) for t, off in split_top(f.code[open_paren + 1 : close])]
-
-    def _positions(
-        self, pred: Predicate, args: list[tuple[str, int]]
-    ) -> tuple[int | None, int | None, int | None]:
-        """(ops, count, index) argument positions for a call of `pred` with these arguments."""
-        if pred.name in GGML_CALLS and pred.ops_arg is None:
-            return _core_predicate(pred.name, len(args))
-        if pred.ops_arg is not None:
-            return pred.ops_arg, pred.count_arg, pred.index_arg
-        # A configured call: the first brace list (or compound literal), else the third argument.
-        chosen = next(
-            (i for i, (t, _) in enumerate(args) if i >= 1 and self._unwrap(t).startswith("{")), None
-        )
-        if chosen is None and len(args) > 2:
-            chosen = 2
-        if chosen is None:
-            return None, None, None
-        count = chosen + 1 if chosen + 1 < len(args) and INT.match(args[chosen + 1][0]) else None
-        return chosen, count, chosen - 1 if chosen >= 1 else None
-
     # -- call sites --
 
     def _scan_calls(self, f: SourceFile) -> None:
         if not any(n in f.code for n in self.predicates):
             return
-        for m in self._call_re().finditer(f.code):
+        for m in call_re(self.predicates).finditer(f.code):
             fn = f.function_at(m.start())
             if fn is None or m.start() == fn.name_pos:
                 continue  # a declaration or the definition itself
             if self.options.reorder.search(fn.name):
-                self._exclude(f, m.start(), f"in {fn.name}(), which only reorders the graph")
+                self.reporter.exclude(f, m.start(), f"in {fn.name}(), which only reorders the graph")
                 continue
             pred = self.predicates[m.group(1)]
             if pred.name == fn.name:
                 continue  # recursion inside a helper
-            if self._dead(f, path_to(f.body(fn), m.start())):
-                self._exclude(f, m.start(), f"{pred.name}() in dead code (a condition that is always false)")
+            if self.ev.dead(f, path_to(f.body(fn), m.start())):
+                self.reporter.exclude(
+                    f, m.start(), f"{pred.name}() in dead code (a condition that is always false)"
+                )
                 continue
-            args = self._args(f, m.end() - 1)
+            args = call_args(f, m.end() - 1)
             try:
                 self._site(f, fn, m.start(), pred, args)
             except Unresolved as exc:
-                self._unclassified(f, m.start(), str(exc))
-                self._site_functions.add((f.path, fn.open))
+                self.reporter.unclassified(f, m.start(), str(exc))
+                self.reporter.site_functions.add((f.path, fn.open))
 
     def _site(
         self, f: SourceFile, fn: Function, pos: int, pred: Predicate, args: list[tuple[str, int]]
     ) -> None:
-        ops_i, count_i, index_i = self._positions(pred, args)
+        ops_i, count_i, index_i = positions(pred, args)
         if ops_i is None or ops_i >= len(args):
             raise Unresolved(f"no op list among the arguments of {pred.name}()")
         ops_text, ops_pos = args[ops_i]
-        if (
-            self._plain_name(ops_text) is not None
-            and fn.param_index(self._plain_name(ops_text) or "") is not None
-        ):
+        if plain_name(ops_text) is not None and fn.param_index(plain_name(ops_text) or "") is not None:
             return  # forwards its parameter: a helper, the callers are the sites
         if index_i is not None and index_i < len(args):
             self._check_start(f, fn, args[index_i][0], pos)
@@ -238,8 +137,8 @@ class BackendScanner(ChainScanner):
         count_text = args[count_i][0] if count_i is not None and count_i < len(args) else None
         how = pred.how if pred.how != "call" else pred.name
         found: dict[tuple[str, ...], Variant] = {}
-        for env in self._envs(f, fn, pos):
-            for v in self._eval_list(f, fn, ops_pos, ops_text, env, count_text):
+        for env in self.ev.envs(f, fn, pos):
+            for v in self.ev.eval_list(f, fn, ops_pos, ops_text, env, count_text):
                 key = v.ops
                 if key not in found:
                     found[key] = v
@@ -247,12 +146,12 @@ class BackendScanner(ChainScanner):
                     raise Unresolved(f"more than {MAX_VARIANTS} op lists possible here")
         if not found:
             raise Unresolved("no reachable op list (every path returns before the call)")
-        self._site_functions.add((f.path, fn.open))
+        self.reporter.site_functions.add((f.path, fn.open))
         for v in found.values():
             kinds = v.unary if v.unary is not None else unary
             if kinds is None and self.options.unary_op in v.ops:
                 kinds = self._infer_unary(f, fn, pos)
-            self._emit(
+            self.reporter.emit(
                 v.file or f,
                 v.pos if v.pos is not None else pos,
                 v.ops,
@@ -284,18 +183,18 @@ class BackendScanner(ChainScanner):
         index_i: int | None,
     ) -> tuple[str, ...] | None:
         """Unary kinds given as an argument (`{GGML_UNARY_OP_SILU}`); () when given but unknown."""
-        if self._unary_re is None:
+        if self.ev.unary_re is None:
             return None
         for i, (text, _) in enumerate(args):
             if i in (ops_i, count_i, index_i) or i == 0:
                 continue
-            t = self._unwrap(text)
+            t = unwrap(text)
             if not t.startswith("{"):
                 continue
             elems = [e for e, _ in split_top(t[1:-1]) if e]
             if not elems:
                 continue
-            kinds = [self._unary_re.match(e) for e in elems]
+            kinds = [self.ev.unary_re.match(e) for e in elems]
             if all(kinds):
                 return tuple(k.group(1) for k in kinds if k)
             if any("unary" in e.lower() for e in elems):
@@ -304,7 +203,7 @@ class BackendScanner(ChainScanner):
 
     def _infer_unary(self, f: SourceFile, fn: Function, pos: int) -> tuple[str, ...] | None:
         """The unary kind when the one helper deciding this fusion checks exactly one."""
-        if self._unary_re is None:
+        if self.ev.unary_re is None:
             return None
         prefix = re.escape(self.rule.unary_prefix)
         for stmt, part in reversed(path_to(f.body(fn), pos)):
@@ -313,7 +212,7 @@ class BackendScanner(ChainScanner):
                 kinds: set[str] = set()
                 for call in re.finditer(r"([A-Za-z_]\w*)\s*\(", head):
                     name = call.group(1)
-                    helper = self._function(name) if name not in self.predicates else None
+                    helper = self.sources.function(name) if name not in self.predicates else None
                     if helper is None:
                         continue
                     hf, hfn = helper
@@ -324,7 +223,7 @@ class BackendScanner(ChainScanner):
         # A small helper around this fusion (few predicate calls) that checks one kind decides it;
         # a dispatch function full of fusions mentioning one kind elsewhere does not.
         body = f.code[fn.open : fn.close]
-        if len(self._call_re().findall(body)) > 3:
+        if len(call_re(self.predicates).findall(body)) > 3:
             return None
         kinds = set(re.findall(rf"unary_op\s*\([^()]*\)\s*[!=]=\s*{prefix}(\w+)", body))
         return (kinds.pop(),) if len(kinds) == 1 else None
@@ -342,16 +241,16 @@ class BackendScanner(ChainScanner):
             if fn is None or self.options.reorder.search(fn.name) or fn.param_index(var) is not None:
                 continue  # a function comparing its parameter is a matcher: its callers are the sites
             try:
-                rows = self._loop_rows(f, fn, m.start(), var, None, var)
+                rows = self.ev.loop_rows(f, fn, m.start(), var, None, var)
             except Unresolved as exc:
-                self._unclassified(f, m.start(), str(exc))
+                self.reporter.unclassified(f, m.start(), str(exc))
                 continue
             if rows is None:
                 continue
-            self._site_functions.add((f.path, fn.open))
+            self.reporter.site_functions.add((f.path, fn.open))
             for v in rows:
                 how = f"{v.how} matched by hand"
-                self._emit(
+                self.reporter.emit(
                     v.file or f, v.pos or m.start(), v.ops, v.unary, how, snippet_pos=v.pos or m.start()
                 )
 
@@ -366,27 +265,20 @@ class BackendScanner(ChainScanner):
             fn = f.function_at(m.start())
             if name in self.predicates or fn is None or m.start() == fn.name_pos:
                 continue
-            args = self._args(f, m.end() - 1)
+            args = call_args(f, m.end() - 1)
             if not any(prefix in text for text, _ in args):
                 continue  # no op list written at the call: a helper checking something else
-            found = self._function(name)
+            found = self.sources.function(name)
             if found is None:
                 why = f"{name}() is not defined in this backend or a shared file"
-                self._unclassified(f, m.start(), why)
-            elif self._returns_false_first(*found):
-                self._exclude(f, m.start(), f"{name}() returns false before any check: it never fuses")
+                self.reporter.unclassified(f, m.start(), why)
+            elif _returns_false_first(*found):
+                self.reporter.exclude(
+                    f, m.start(), f"{name}() returns false before any check: it never fuses"
+                )
             else:
                 why = f"{name}() checks fusions without a fusion predicate the scanner reads"
-                self._unclassified(f, m.start(), why)
-
-    @staticmethod
-    def _returns_false_first(f: SourceFile, fn: Function) -> bool:
-        body = f.body(fn)
-        return (
-            bool(body)
-            and body[0].kind == "jump"
-            and bool(re.fullmatch(r"return\s+(?:false|0)\s*;", f.code[body[0].start : body[0].end].strip()))
-        )
+                self.reporter.unclassified(f, m.start(), why)
 
     def _scan_pattern(self, f: SourceFile) -> None:
         assert self.rule.pattern is not None
@@ -395,7 +287,7 @@ class BackendScanner(ChainScanner):
             text = m.group("ops") if "ops" in self.rule.pattern.groupindex else m.group()
             ops = tuple(re.findall(rf"(?<!\w){prefix}(\w+)", text))
             if ops:
-                self._emit(f, m.start(), ops, None, "config pattern", snippet_pos=m.start())
+                self.reporter.emit(f, m.start(), ops, None, "config pattern", snippet_pos=m.start())
 
     def _scan_matchers(self, f: SourceFile) -> None:
         """Functions named like fusion matchers that compare node ops by hand: say so, don't guess."""
@@ -404,9 +296,9 @@ class BackendScanner(ChainScanner):
             return
         for fn in f.functions:
             lowered = fn.name.lower()
-            if "fus" not in lowered or fn.name in self.predicates or fn.name in self._table_functions:
+            if "fus" not in lowered or fn.name in self.predicates or fn.name in self.reporter.table_functions:
                 continue
-            if (f.path, fn.open) in self._site_functions or self.options.reorder.search(fn.name):
+            if (f.path, fn.open) in self.reporter.site_functions or self.options.reorder.search(fn.name):
                 continue
             body = f.code[fn.open : fn.close]
             if not re.search(r"nodes\s*\[", body):
@@ -417,7 +309,7 @@ class BackendScanner(ChainScanner):
                 if op not in self.options.view_ops
             ]
             if len(ops) >= 2:
-                self._unclassified(
+                self.reporter.unclassified(
                     f,
                     fn.name_pos,
                     f"{fn.name}() matches nodes by hand ({', '.join(ops)}); its op list is not written down",
@@ -435,6 +327,15 @@ class BackendScanner(ChainScanner):
                 for m in re.finditer(pattern, f.code):
                     if m.group(1) not in seen:
                         seen.add(m.group(1))
-                        self.result.singles.append(
+                        self.reporter.result.singles.append(
                             SingleOp(self.backend, m.group(1), f.path, f.line_of(m.start()))
                         )
+
+
+def _returns_false_first(f: SourceFile, fn: Function) -> bool:
+    body = f.body(fn)
+    return (
+        bool(body)
+        and body[0].kind == "jump"
+        and bool(re.fullmatch(r"return\s+(?:false|0)\s*;", f.code[body[0].start : body[0].end].strip()))
+    )

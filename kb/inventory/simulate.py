@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kb.inventory.csource import IDENT, INT, Function, SourceFile, Stmt, split_top
-from kb.inventory.evaluator import Definition, Evaluator, Variant
-from kb.inventory.model import MAX_VARIANTS, Unresolved
+from kb.inventory.model import MAX_VARIANTS, Unresolved, Variant
+from kb.inventory.sources import Definition
 
 
 @dataclass
@@ -24,10 +25,28 @@ class State:
     stopped: bool = False
 
 
-class Simulator(Evaluator):
-    """The evaluator plus the simulation of lists built at run time."""
+class Values(Protocol):
+    """What the simulation asks of the evaluator (kb/inventory/evaluator.py) that owns it."""
 
-    def _simulate(
+    def values(
+        self, f: SourceFile, fn: Function, pos: int, text: str, env: dict[str, object], depth: int = 0
+    ) -> list[object]: ...
+
+    def brace(
+        self, f: SourceFile, fn: Function | None, pos: int, text: str, env: dict[str, object]
+    ) -> list[tuple[str, ...]]: ...
+
+    def cond(self, text: str, env: dict[str, object]) -> bool | None: ...
+
+
+class Simulator:
+    """Runs a function's statements on the possible contents of one list, up to the call that
+    reads it; op values and conditions are read through the evaluator (`Values`)."""
+
+    def __init__(self, ev: Values) -> None:
+        self.ev = ev
+
+    def simulate(
         self,
         f: SourceFile,
         fn: Function,
@@ -46,7 +65,7 @@ class Simulator(Evaluator):
                 count = int(re.sub(r"[uUlL]+$", "", t))
             elif IDENT.fullmatch(t):
                 try:
-                    vals = self._values(f, fn, site, t, env)
+                    vals = self.ev.values(f, fn, site, t, env)
                 except Unresolved:
                     vals = []
                 if len(vals) == 1 and isinstance(vals[0], int) and not isinstance(vals[0], bool):
@@ -95,8 +114,8 @@ class Simulator(Evaluator):
                 continue
             if holds_site:
                 return done + self._enter(f, fn, stmt, active, name, d, site, env)
-            states = self._dedupe(done + self._exec(f, fn, stmt, active, name, d, site, env, in_loop))
-            self._cap(states)
+            states = _dedupe(done + self._exec(f, fn, stmt, active, name, d, site, env, in_loop))
+            _cap(states)
         return states
 
     def _enter(
@@ -146,7 +165,7 @@ class Simulator(Evaluator):
         if stmt.kind == "block":
             return self._run(f, fn, stmt.body, states, name, d, site, env, in_loop)
         if stmt.kind == "if" and stmt.head:
-            cond = self._cond(code[stmt.head[0] : stmt.head[1]], env)
+            cond = self.ev.cond(code[stmt.head[0] : stmt.head[1]], env)
             taken = (
                 self._run(f, fn, [stmt.then], states, name, d, site, env, in_loop)
                 if stmt.then and cond is not False
@@ -159,7 +178,7 @@ class Simulator(Evaluator):
                     if stmt.other
                     else states
                 )
-            return self._dedupe([*taken, *skipped])
+            return _dedupe([*taken, *skipped])
         if stmt.kind == "loop" and stmt.other is not None:
             if not re.search(rf"\b{re.escape(name)}\b", code[stmt.start : stmt.end]):
                 return states
@@ -179,7 +198,7 @@ class Simulator(Evaluator):
         if d.ctor:
             args = split_top(d.ctor)
             if len(args) == 2:
-                vals = self._values(f, fn, stmt.start, args[1][0], env)
+                vals = self.ev.values(f, fn, stmt.start, args[1][0], env)
                 if len(vals) == 1 and isinstance(vals[0], str):
                     return State((), vals[0])
                 raise Unresolved(f"op list filled with {args[1][0]}, known only at run time")
@@ -208,12 +227,12 @@ class Simulator(Evaluator):
             rf"{n}\s*\.\s*insert\s*\(\s*{n}\s*\.\s*end\s*\(\s*\)\s*,\s*(\{{.*\}})\s*\)", text, re.S
         )
         if m:
-            lists = self._brace(f, fn, pos, m.group(1), env)
-            return self._dedupe([State((*s.elems, *ops), s.fill) for s in states for ops in lists])
+            lists = self.ev.brace(f, fn, pos, m.group(1), env)
+            return _dedupe([State((*s.elems, *ops), s.fill) for s in states for ops in lists])
         m = re.fullmatch(rf"{n}\s*=\s*(\{{.*\}})", text, re.S)
         if m:
-            lists = self._brace(f, fn, pos, m.group(1), env)
-            return self._dedupe([State(tuple(ops), None) for s in states for ops in lists])
+            lists = self.ev.brace(f, fn, pos, m.group(1), env)
+            return _dedupe([State(tuple(ops), None) for s in states for ops in lists])
         m = re.fullmatch(rf"std\s*::\s*fill(?:_n)?\s*\(\s*{n}\b[^,]*,[^,]+,\s*(.+)\)", text, re.S)
         if m:
             return self._fork(f, fn, pos, m.group(1), env, states, lambda s, v: State(s.elems, v))
@@ -240,20 +259,20 @@ class Simulator(Evaluator):
         states: list[State],
         apply: object,
     ) -> list[State]:
-        values = [v for v in self._values(f, fn, pos, expr, env) if isinstance(v, str)]
+        values = [v for v in self.ev.values(f, fn, pos, expr, env) if isinstance(v, str)]
         if not values:
             raise Unresolved(f"{expr.strip()} is not an op")
         assert callable(apply)
-        return self._dedupe([apply(s, v) for s in states for v in values])
+        return _dedupe([apply(s, v) for s in states for v in values])
 
-    @staticmethod
-    def _dedupe(states: list[State]) -> list[State]:
-        seen: dict[tuple[object, ...], State] = {}
-        for s in states:
-            seen.setdefault((s.elems, s.fill, s.dead, s.stopped), s)
-        return list(seen.values())
 
-    @staticmethod
-    def _cap(states: list[State]) -> None:
-        if len(states) > MAX_VARIANTS:
-            raise Unresolved(f"more than {MAX_VARIANTS} op lists possible here")
+def _dedupe(states: list[State]) -> list[State]:
+    seen: dict[tuple[object, ...], State] = {}
+    for s in states:
+        seen.setdefault((s.elems, s.fill, s.dead, s.stopped), s)
+    return list(seen.values())
+
+
+def _cap(states: list[State]) -> None:
+    if len(states) > MAX_VARIANTS:
+        raise Unresolved(f"more than {MAX_VARIANTS} op lists possible here")

@@ -72,13 +72,18 @@ def listed(
     return _workers(db, where, params)
 
 
-def teardown_candidates(db: sqlite_utils.Database, live: Sequence[str], run_id: int | None) -> list[Worker]:
-    """SkyPilot clusters that are live or whose teardown is not confirmed (of one run if given)."""
+def teardown_candidates(
+    db: sqlite_utils.Database, live: Sequence[str], run_id: int | None, backends: Sequence[str]
+) -> list[Worker]:
+    """Workers of these backends (those whose workers outlive a runner: SkyPilot clusters) that are
+    live or whose teardown is not confirmed (of one run if given)."""
+    if not backends:
+        return []
     where = [
-        f"w.backend = 'skypilot' AND (w.status IN ({','.join('?' for _ in live)}) "
+        f"w.backend IN ({_marks(backends)}) AND (w.status IN ({_marks(live)}) "
         "OR coalesce(json_extract(w.meta, '$.teardown'), '') != 'done')"
     ]
-    params: list[Any] = list(live)
+    params: list[Any] = [*backends, *live]
     if run_id is not None:
         where.append("w.run_id = ?")
         params.append(run_id)

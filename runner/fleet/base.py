@@ -21,6 +21,13 @@ The runner talks to a fleet only through `Fleet`, single-threaded, from its poll
   clusters downed, costs) advances that work there, without blocking.
 - `preflight(ws)` (a classmethod) checks the configuration before a run is created, so a malformed
   template or resource spec is a one-line error before anything launches.
+- `resources_override()` is the `resources:` the fleet wants in every task the runner renders for
+  it (None: the template's own; SkyPilot: the `fleet.skypilot` resources).
+- Outside a run, `autoresearch fleet` asks a backend whose workers outlive a runner
+  (`leaves_workers`) for their status (`outside_statuses`) and to tear them down (`down_recorded`).
+
+A backend is registered by name in runner/fleet/registry.py (one line); its `workers` rows go
+through `self.records` (`WorkerRecords`).
 
 Nothing lives only in memory: everything needed to find a job again is in the `jobs` row
 (`backend_job_id`, `log_path`, `job_dir`) and the `workers` row (`name`, `meta`).
@@ -109,68 +116,16 @@ class JobStatus:
         return self.state in TERMINAL
 
 
-class Fleet(ABC):
-    """Where jobs run. One instance per runner process and run."""
+class WorkerRecords:
+    """One run's `workers` rows of one backend: added, changed and read, their JSON meta decoded.
+    A fleet and each of its parts share one (the rows are the fleet's memory across restarts)."""
 
-    backend: ClassVar[str]
-
-    def __init__(self, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> None:
-        self.ws = ws
+    def __init__(self, db: sqlite_utils.Database, run_id: int, backend: str) -> None:
         self.db = db
         self.run_id = run_id
-        self.size = size
+        self.backend = backend
 
-    @classmethod  # noqa: B027 - an optional hook: nothing to check by default
-    def preflight(cls, ws: Workspace) -> None:
-        """Check the workspace's settings for this backend; raise UserError naming what is wrong."""
-
-    def sharing(self) -> int:
-        """Workers that take turns on one machine for their pairs (the local fleet's machine lock):
-        a job may wait that many times its own length, which its deadline allows. 1: none."""
-        return 1
-
-    def tick(self) -> None:  # noqa: B027 - optional hook
-        """Advance background work (provisioning, qualification, idle shutdown, costs); quick."""
-
-    # -- workers -------------------------------------------------------------------------------
-
-    @abstractmethod
-    def up(self) -> list[Worker]:
-        """Bring `size` workers up (reusing this run's live ones after a restart); return them."""
-
-    @abstractmethod
-    def down(self) -> None:
-        """Tear every worker of this run down (after fetching what the runner still needs)."""
-
-    def workers(self) -> list[Worker]:
-        """This run's workers that are not down."""
-        return [_worker(row) for row in store.up_of_run(self.db, self.run_id, self.backend)]
-
-    # -- jobs ----------------------------------------------------------------------------------
-
-    @abstractmethod
-    def submit(self, worker: Worker, spec: JobSpec) -> str:
-        """Start the job; return the backend's id for it (stored in jobs.backend_job_id)."""
-
-    @abstractmethod
-    def poll(self, job: JobRef) -> JobStatus:
-        """Refresh job.log_path and report the job's state."""
-
-    @abstractmethod
-    def cancel(self, job: JobRef) -> None:
-        """Stop the job and everything it started; idempotent."""
-
-    @abstractmethod
-    def reattach(self, jobs: Sequence[JobRef]) -> dict[int, JobStatus]:
-        """After a runner restart: the state of each job (by job_id); clean up unknown leftovers."""
-
-    def cost_usd(self) -> float:
-        """What this run's workers cost so far (kept current in workers.cost_usd by the fleet)."""
-        return store.cost_of_run(self.db, self.run_id)
-
-    # -- helpers for backends ------------------------------------------------------------------
-
-    def _add_worker(
+    def add(
         self,
         name: str,
         *,
@@ -194,14 +149,116 @@ class Fleet(ABC):
         )
         return Worker(wid, name, self.backend, status, dict(meta or {}))
 
-    def _set_worker(self, worker_id: int, **values: Any) -> None:
+    def set(self, worker_id: int, **values: Any) -> None:
+        """Columns of the worker; one that is over (down, lost, failed) gets its `ended_at`."""
         if values.get("status") in ("down", "lost", "failed"):
             values.setdefault("ended_at", now())
         store.update(self.db, worker_id, values)
 
-    def _worker_meta(self, worker_id: int) -> dict[str, Any]:
+    def update(self, worker_id: int, *, status: str | None = None, **meta_changes: Any) -> None:
+        """The worker's meta with these keys changed (and its status, when given)."""
+        meta = self.meta(worker_id)
+        meta.update(meta_changes)
+        values: dict[str, Any] = {"meta": meta}
+        if status is not None:
+            values["status"] = status
+        self.set(worker_id, **values)
+
+    def row(self, worker_id: int) -> WorkerRow | None:
+        return store.row(self.db, worker_id)
+
+    def meta(self, worker_id: int) -> dict[str, Any]:
         row = store.row(self.db, worker_id)
         return _meta(row["meta"] if row else None)
+
+    def up(self) -> list[Worker]:
+        """The run's workers of this backend that are not down."""
+        return [_worker(row) for row in store.up_of_run(self.db, self.run_id, self.backend)]
+
+
+class Fleet(ABC):
+    """Where jobs run. One instance per runner process and run."""
+
+    backend: ClassVar[str]
+    leaves_workers: ClassVar[bool] = False
+    """Its workers can outlive the runner that made them (clusters): `autoresearch fleet down`
+    tears down those no live run uses (`down_recorded`)."""
+
+    def __init__(self, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> None:
+        self.ws = ws
+        self.db = db
+        self.run_id = run_id
+        self.size = size
+        self.records = WorkerRecords(db, run_id, self.backend)
+
+    @classmethod  # noqa: B027 - an optional hook: nothing to check by default
+    def preflight(cls, ws: Workspace) -> None:
+        """Check the workspace's settings for this backend; raise UserError naming what is wrong."""
+
+    def resources_override(self) -> dict[str, Any] | None:
+        """The `resources:` this fleet puts into every task it is given (runner/harness/template.py
+        `render`); None: the template's own."""
+        return None
+
+    def sharing(self) -> int:
+        """Workers that take turns on one machine for their pairs (the local fleet's machine lock):
+        a job may wait that many times its own length, which its deadline allows. 1: none."""
+        return 1
+
+    def tick(self) -> None:  # noqa: B027 - optional hook
+        """Advance background work (provisioning, qualification, idle shutdown, costs); quick."""
+
+    # -- workers -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def up(self) -> list[Worker]:
+        """Bring `size` workers up (reusing this run's live ones after a restart); return them."""
+
+    @abstractmethod
+    def down(self) -> None:
+        """Tear every worker of this run down (after fetching what the runner still needs)."""
+
+    def workers(self) -> list[Worker]:
+        """This run's workers that are not down."""
+        return self.records.up()
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def submit(self, worker: Worker, spec: JobSpec) -> str:
+        """Start the job; return the backend's id for it (stored in jobs.backend_job_id)."""
+
+    @abstractmethod
+    def poll(self, job: JobRef) -> JobStatus:
+        """Refresh job.log_path and report the job's state."""
+
+    @abstractmethod
+    def cancel(self, job: JobRef) -> None:
+        """Stop the job and everything it started; idempotent."""
+
+    @abstractmethod
+    def reattach(self, jobs: Sequence[JobRef]) -> dict[int, JobStatus]:
+        """After a runner restart: the state of each job (by job_id); clean up unknown leftovers."""
+
+    def cost_usd(self) -> float:
+        """What this run's workers cost so far (kept current in workers.cost_usd by the fleet)."""
+        return store.cost_of_run(self.db, self.run_id)
+
+    # -- outside a run (`autoresearch fleet`) --------------------------------------------------
+
+    @classmethod
+    def outside_statuses(cls, names: Sequence[str]) -> dict[str, str] | None:
+        """The backend's own status of these recorded workers, by name (`fleet status --refresh`;
+        a missing name: the backend does not know it); None: the backend has none to ask."""
+        return None
+
+    @classmethod
+    def down_recorded(
+        cls, db: sqlite_utils.Database, worker_ids: Sequence[int], *, wait: float
+    ) -> list[WorkerRow]:
+        """Tear these recorded workers down outside a run (`fleet down`, for a backend that
+        `leaves_workers`), waiting at most `wait` seconds; their rows after."""
+        return store.rows_of(db, worker_ids)
 
 
 def _meta(raw: str | None) -> dict[str, Any]:

@@ -100,7 +100,7 @@ class LocalFleet(Fleet):
     def up(self) -> list[Worker]:
         existing = self.workers()
         for number in range(len(existing) + 1, self.size + 1):
-            self._add_worker(
+            self.records.add(
                 f"local-{number}",
                 status="ready",
                 resources={"cpus": os.cpu_count(), "host": os.uname().nodename},
@@ -125,7 +125,7 @@ class LocalFleet(Fleet):
                 child.wait()
         self._children.clear()
         for worker in self.workers():
-            self._set_worker(worker.id, status="down")
+            self.records.set(worker.id, status="down")
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -135,12 +135,12 @@ class LocalFleet(Fleet):
             spec.task,
             spec.job_dir,
             spec.log_path,
-            setup=not self._worker_meta(worker.id).get("setup_done"),
+            setup=not self.records.meta(worker.id).get("setup_done"),
             task_id=f"autoresearch-local-{spec.job_id}",
             env={"AR_MACHINE_LOCK": str(lock)} if lock is not None else None,
         )
         self._children[child.pid] = child
-        self._set_worker(worker.id, status="busy")
+        self.records.set(worker.id, status="busy")
         return str(child.pid)
 
     def poll(self, job: JobRef) -> JobStatus:
@@ -153,16 +153,16 @@ class LocalFleet(Fleet):
         kill_session(pid)
         self._reap(pid)
         exit_code = _read_int(job.job_dir / "exit_code")
-        self._set_worker(job.worker_id, status="ready")
+        self.records.set(job.worker_id, status="ready")
         if exit_code is None:
             return JobStatus("lost", detail="the job's process vanished without an exit code")
         setup_rc = _read_int(job.job_dir / "setup_failed")
         if setup_rc is not None:
             return JobStatus("failed", setup_rc, "setup failed")
         if (job.job_dir / "setup.sh").exists():
-            meta = self._worker_meta(job.worker_id)
+            meta = self.records.meta(job.worker_id)
             if not meta.get("setup_done"):
-                self._set_worker(job.worker_id, meta={**meta, "setup_done": True})
+                self.records.set(job.worker_id, meta={**meta, "setup_done": True})
         return JobStatus("succeeded" if exit_code == 0 else "failed", exit_code)
 
     def cancel(self, job: JobRef) -> None:
@@ -170,7 +170,7 @@ class LocalFleet(Fleet):
         if pid is not None:
             kill_session(pid)
             self._reap(pid)
-        self._set_worker(job.worker_id, status="ready")
+        self.records.set(job.worker_id, status="ready")
 
     def reattach(self, jobs: Sequence[JobRef]) -> dict[int, JobStatus]:
         states: dict[int, JobStatus] = {}

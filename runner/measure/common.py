@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlite_utils
 
@@ -14,6 +14,9 @@ from kb.jsoncol import decoded_dict
 from kb.store.run_records import StackedWinner
 from kb.vocabulary import EXPERIMENT_FINAL, EXPERIMENT_LIVE
 from kb.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kb.config import Settings
 from runner import stats
 from runner.fleet import JobRef
 from runner.harness.protocol import LogParser
@@ -151,8 +154,9 @@ class RunFailed(Exception):
     """The run cannot go on (the self-test failed, the benchmark script is missing, ...)."""
 
 
-def policy_of(ws: Workspace) -> stats.Policy:
-    s = ws.settings
+def policy_of(settings: Settings) -> stats.Policy:
+    """The workspace config's policy as the statistics read it (the one place it is built)."""
+    s = settings
     return stats.Policy(
         min_effect=s.policy.min_effect,
         alpha=s.policy.alpha,
@@ -163,12 +167,12 @@ def policy_of(ws: Workspace) -> stats.Policy:
     )
 
 
-def rules_of(ws: Workspace) -> stats.Rules:
+def rules_of(settings: Settings) -> stats.Rules:
     """What the workspace's experiments are judged by: the policy, the guard metrics (they move the
     same way as the primary one: pp and tg are both throughputs) and the wall-clock switch."""
-    metric = ws.settings.metric
+    metric = settings.metric
     guards = tuple(stats.Guard(g.metric, g.max_regression, metric.direction) for g in metric.guards)
-    return stats.Rules(policy_of(ws), guards, metric.wall_clock_guard)
+    return stats.Rules(policy_of(settings), guards, metric.wall_clock_guard)
 
 
 def stored_policy(rules: stats.Rules, metric: str) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class RunState:
             started_at=run["started_at"],
             backend=run["backend"],
             options=options,
-            rules=rules_of(ws),
+            rules=rules_of(settings),
             metric=settings.metric.primary,
             parallel=parallel,
             wave_size=settings.fleet.wave_size or parallel,

@@ -115,7 +115,7 @@ class JobRunner:
                 run_checks=run_checks,
                 nonce=nonce,
             ),
-            resources_override=self._resources(),
+            resources_override=self.live.fleet.resources_override(),
         )
         spec = JobSpec(job_id, exp["id"], batch, task, log_path, job_dir)
         backend_id = self.live.fleet.submit(worker, spec)
@@ -128,10 +128,6 @@ class JobRunner:
             f"  exp {exp['id']} {quoted(exp['title'])}: batch {batch}, "
             f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
         )
-
-    def _resources(self) -> dict[str, Any]:
-        sky = self.ctx.settings.fleet.skypilot
-        return {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
 
     def _read_log(self, active: ActiveJob) -> list[Invocation]:
         """What the log gained since the last read, parsed a chunk at a time (runner/harness/joblog.py)."""

@@ -111,7 +111,7 @@ def start_run(
 ) -> Runner:
     """Create a run (its row and its branch at the baseline) and return its runner."""
     settings = ws.settings
-    policy = policy_of(ws)  # a bad policy fails here, before anything is written
+    policy = policy_of(ws.settings)  # a bad policy fails here, before anything is written
     if options.parallel is not None and options.parallel < 1:
         raise UserError(f"--parallel {options.parallel}: must be at least 1")
     load_template(template_path(ws, settings))
@@ -176,7 +176,7 @@ def _insert_run(
             "baseline_commit": baseline,
             "head_commit": baseline,
             "backend": options.backend or settings.fleet.backend,
-            "policy": stored_policy(rules_of(ws), settings.metric.primary),
+            "policy": stored_policy(rules_of(settings), settings.metric.primary),
             "budget": {
                 "minutes": first_given(options.budget_minutes, settings.budget.minutes),
                 "usd": first_given(options.budget_usd, settings.budget.usd),

@@ -14,7 +14,8 @@ from kb.db import insert, now, one, rows
 from kb.errors import UserError
 from kb.workspace import Workspace
 from runner.fleet import JobRef, make_fleet
-from runner.fleet.skypilot import SkyPilotFleet, _Job
+from runner.fleet.base import WorkerRecords
+from runner.fleet.skypilot import CostMeter, FleetScope, SkyPilotFleet, _Job
 from tests.runner.runner_target import make_workspace, must
 
 FLEET = {"backend": "skypilot", "parallel": 3, "skypilot": {"infra": "kubernetes", "max_clusters": 2}}
@@ -72,14 +73,14 @@ def test_costs_are_price_times_time_since_launch(ws: Workspace) -> None:
     live = worker(ws, run_id, "ready", price=0.5, launched_at=now() - 3600)
     done = worker(ws, run_id, "down", price=2.0, launched_at=now() - 1000, torn_down_at=now() - 100)
     unpriced = worker(ws, run_id, "ready", launched_at=now() - 3600)
-    f = fleet(ws, run_id)
-    f._costs()
     db = ws.db()
+    meter = CostMeter(FleetScope(ws, db, run_id, WorkerRecords(db, run_id, "skypilot")))  # alone
+    meter.update()
     cost = {r["id"]: r["cost_usd"] for r in rows(db, "SELECT id, cost_usd FROM workers")}
     assert cost[live] == pytest.approx(0.5, rel=0.01)
     assert cost[done] == pytest.approx(2.0 * 900 / 3600, rel=0.001)
     assert cost[unpriced] == 0
-    assert f.cost_usd() == pytest.approx(0.5 + 0.5, rel=0.01)
+    assert meter.total() == fleet(ws, run_id).cost_usd() == pytest.approx(0.5 + 0.5, rel=0.01)
 
 
 def test_a_spent_budget_stops_new_launches(ws: Workspace) -> None:
@@ -99,7 +100,7 @@ def test_a_spent_budget_stops_new_launches(ws: Workspace) -> None:
     )
     waiting = worker(ws, run_id, "provisioning", launch_at=now() - 1)
     f = fleet(ws, run_id)
-    f._costs()
+    f.costs.update()
     f.tick(force=True)  # would launch `waiting`, but $0.50 of VM + $0.60 of LLM >= $1
     row = must(one(ws.db(), "SELECT * FROM workers WHERE id = ?", [waiting]))
     meta = json.loads(row["meta"])
@@ -116,13 +117,13 @@ def test_workers_are_added_while_work_waits_staggered(ws: Workspace) -> None:
         )
     launched = worker(ws, run_id, "qualifying", launched_at=now())
     f = fleet(ws, run_id)
-    f._replace()
+    f.pool.replace()
     added = rows(db, "SELECT * FROM workers WHERE id != ? ORDER BY id", [launched])
     assert len(added) == 1  # two at most, one is there
     meta = json.loads(added[0]["meta"])
     assert meta["phase"] == "waiting" and meta["cluster"] == added[0]["name"].lower()
     assert meta["launch_at"] >= now() + f.conf.stagger_seconds - 5  # not before the stagger
-    f._replace()
+    f.pool.replace()
     assert must(one(db, "SELECT count(*) AS n FROM workers"))["n"] == 2
 
 
@@ -132,7 +133,7 @@ def test_failures_in_a_row_stop_the_run_with_the_last_reason(ws: Workspace) -> N
     for reason in ("no capacity: A", "setup failed", "too noisy: A/A noise 30.0% > limit 10.0%"):
         worker(ws, run_id, "failed", reason=reason, teardown="done")
     f = fleet(ws, run_id)
-    assert f._failures_in_a_row() == (3, "too noisy: A/A noise 30.0% > limit 10.0%")
+    assert f.pool.failures_in_a_row() == (3, "too noisy: A/A noise 30.0% > limit 10.0%")
     with pytest.raises(UserError, match=r"^fleet.skypilot: 3 clusters in a row failed .*last: too noisy"):
         f.tick(force=True)
 
@@ -161,3 +162,21 @@ def test_poll_and_reattach_of_a_job_that_never_started(ws: Workspace, tmp_path: 
     f = fleet(ws, new_run(ws))
     ref = JobRef(1, 1, None, tmp_path / "log", tmp_path / "job")
     assert f.poll(ref).state == "lost" and f.poll(ref).detail == "never started"
+
+
+def test_the_fleet_gives_its_resources_to_every_task(ws: Workspace, tmp_path: Path) -> None:
+    from runner.harness.prepare import template_path
+    from runner.harness.template import load_template, render
+
+    f = fleet(ws, new_run(ws))
+    assert f.resources_override() == {"infra": "kubernetes", "cpus": "4+"}  # the keys that are set
+    template = load_template(template_path(ws, ws.settings))
+    sky = ws.settings.fleet.skypilot
+    every_key = {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
+
+    def resources(override: dict[str, Any]) -> object:
+        return render(template, name="t", workdir=tmp_path, envs={}, resources_override=override).config[
+            "resources"
+        ]
+
+    assert resources(f.resources_override()) == resources(every_key)  # what the runner passed so far

@@ -154,7 +154,7 @@ def test_a_cluster_launches_qualifies_runs_batches_and_goes_down(
         fleet.tick(force=True)
     [worker] = fleet.workers()
     assert worker.status == "ready", worker.meta
-    assert (fleet.fleet_logs / f"{worker.name}-qualify.log").is_file()
+    assert (fleet.qualifier.logs_dir / f"{worker.name}-qualify.log").is_file()
 
     spec = job_spec(ws, run_id, experiment, worker.id, tmp_path, batch=0)
     fleet.submit(worker, spec)
@@ -182,7 +182,7 @@ def test_a_cluster_launches_qualifies_runs_batches_and_goes_down(
     restarted.down()
     [row] = rows(db, "SELECT status, meta FROM workers")
     assert row["status"] == "down" and json.loads(row["meta"])["teardown"] == "done"
-    assert not fleet.qualify_dir.exists()
+    assert not fleet.qualifier.tree_dir.exists()
     kinds = [e["kind"] for e in rows(db, "SELECT kind FROM events ORDER BY id")]
     assert kinds[:3] == ["worker_launching", "worker_launched", "worker_ready"]
     assert kinds[-1] == "worker_down"

@@ -1,7 +1,8 @@
 """`autoresearch fleet status|down`: the workers of runs (local slots, SkyPilot clusters) and their cost.
 
-`status` reads the database only (add --refresh to ask SkyPilot about each cluster); `down` tears
-SkyPilot clusters down through runner/fleet/skypilot/ (whose `sdk` is the one module that imports `sky`).
+`status` reads the database only (add --refresh to ask each backend that has one its own status of
+its workers: SkyPilot's of each cluster); `down` tears down the workers of backends whose workers
+outlive a runner (SkyPilot clusters), through each backend's `Fleet` (runner/fleet/registry.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from tui.cli.params import ROW_ID, Number
 
 if TYPE_CHECKING:
     from kb.store.workers import Worker
-
-LIVE = ("provisioning", "qualifying", "ready", "busy")
 
 
 @click.group("fleet")
@@ -78,19 +77,15 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
     from kb.db import now
     from kb.store import llm_calls
     from kb.store import workers as worker_store
+    from kb.vocabulary import WORKER_LIVE
 
     ws = workspace(ctx)
     db = ws.db()
     stamp = now()
-    workers = [_describe(w, stamp) for w in worker_store.listed(db, LIVE, show_all=show_all, run_id=run_id)]
+    listed = worker_store.listed(db, WORKER_LIVE, show_all=show_all, run_id=run_id)
+    workers = [_describe(w, stamp) for w in listed]
     if refresh:
-        from runner.fleet.skypilot import cluster_statuses
-
-        names = [w["name"] for w in workers if w["backend"] == "skypilot"]
-        found = cluster_statuses(names)
-        for worker in workers:
-            if worker["backend"] == "skypilot":
-                worker["sky_status"] = found.get(worker["name"], "missing")
+        _refresh(workers)
     run_ids = sorted({w["run_id"] for w in workers if w["run_id"] is not None})
     llm = llm_calls.cost_by_run(db, run_ids)
     totals = [
@@ -155,19 +150,23 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
 
     Clusters whose teardown failed or was never confirmed are tried again.
     """
+    from kb.db import now
+    from kb.store.runs import run_live
     from kb.store.workers import teardown_candidates
+    from kb.vocabulary import WORKER_LIVE
+    from runner.fleet import backends
 
     ws = workspace(ctx)
     db = ws.db()
-    from runner.fleet.skypilot import down_workers, run_is_live
-
-    candidates = teardown_candidates(db, LIVE, run_id)
+    lasting = {info.name: cls for info in backends() if (cls := info.fleet_class()).leaves_workers}
+    candidates = teardown_candidates(db, WORKER_LIVE, run_id, tuple(lasting))
     kept = [
         c
         for c in candidates
         if not down_all
-        and run_is_live({"status": c.run_status, "heartbeat_at": c.run_heartbeat})
-        and c.status in LIVE
+        and c.run_status is not None
+        and run_live(c.run_status, c.run_heartbeat, now())
+        and c.status in WORKER_LIVE
     ]
     chosen = [c for c in candidates if c not in kept]
     if not as_json:
@@ -176,7 +175,12 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
         if chosen:
             echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
     started = time.monotonic()
-    after = down_workers(db, [c.id for c in chosen], wait=wait) if chosen else []
+    after = []
+    for name, fleet in lasting.items():
+        ids = [c.id for c in chosen if c.backend == name]
+        if ids:
+            after.extend(fleet.down_recorded(db, ids, wait=max(0.0, wait - (time.monotonic() - started))))
+    after.sort(key=lambda r: r["id"])
     results = [
         {
             "id": r["id"],
@@ -208,3 +212,16 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
             f"{len(failed)} cluster(s) not confirmed down: "
             + ", ".join(f"{r['name']} ({r['teardown']})" for r in failed)
         )
+
+
+def _refresh(workers: list[dict[str, Any]]) -> None:
+    """Each worker's status as its backend sees it (`sky_status`), for backends that have one to ask."""
+    from runner.fleet import fleet_class
+
+    for name in dict.fromkeys(w["backend"] for w in workers):
+        mine = [w for w in workers if w["backend"] == name]
+        found = fleet_class(name).outside_statuses([w["name"] for w in mine])
+        if found is None:
+            continue
+        for worker in mine:
+            worker["sky_status"] = found.get(worker["name"], "missing")

@@ -64,3 +64,22 @@ class PathArg(click.Path):
 
 
 TEXT = Text()
+
+
+class FleetBackend(click.Choice):
+    """`--backend`: a fleet backend the runner registers (runner/fleet/registry.py). The names are
+    read from the registry when the option is shown or checked, not when the command is defined,
+    so every registered backend is offered and nothing here lists them."""
+
+    def __init__(self) -> None:
+        super().__init__((), case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from runner.fleet.registry import names
+
+        return names()
+
+    @choices.setter
+    def choices(self, _value: object) -> None:
+        """click's own __init__ sets the choices; the registry owns them."""

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from tui.cli.common import echo, echo_json, json_option, workspace
-from tui.cli.params import ROW_ID, TEXT, Number, count
+from tui.cli.params import ROW_ID, TEXT, FleetBackend, Number, count
 
 _POSITIVE_INT = count(1)
 _POSITIVE = Number(min=0, min_open=True)
@@ -27,7 +27,7 @@ _POSITIVE = Number(min=0, min_open=True)
 @click.option("--bench-timeout", type=_POSITIVE_INT, help="Seconds one benchmark invocation may take.")
 @click.option("--check-timeout", type=_POSITIVE_INT, help="Seconds the checks may take.")
 @click.option("--build-timeout", type=_POSITIVE_INT, help="Seconds one build may take.")
-@click.option("--backend", type=click.Choice(["local", "skypilot"]), help="Fleet (default: the config's).")
+@click.option("--backend", type=FleetBackend(), help="Fleet (default: the config's).")
 @click.option("--name", type=TEXT, help="Run name (branch autoresearch/NAME); default: the start time.")
 @click.option("--skip-self-test", is_flag=True, help="Do not measure the baseline against itself first.")
 @click.option("--no-final", is_flag=True, help="Do not measure the stacked winners and ablations at the end.")

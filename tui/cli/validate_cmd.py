@@ -37,9 +37,11 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     while it failed, or after the scripts or the build changed, until validate passes again.
     Exits 1 when it found a problem.
     """
+    from runner.fleet import configured
     from runner.measure.validate import evaluate, measure, save
 
     ws = workspace(ctx)
+    configured(ws.settings)  # an unknown fleet.backend: one line, before minutes of measuring
 
     def progress(line: str) -> None:
         echo(line, err=True)

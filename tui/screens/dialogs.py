@@ -154,6 +154,18 @@ class BudgetScreen(FormDialog):
         return given
 
 
+def backends() -> tuple[str, ...]:
+    """The fleet backends a run may use (runner/fleet/registry.py, read when the dialog opens)."""
+    from runner.fleet.registry import names
+
+    return names()
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """`local or skypilot`; `a, b or c`."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
+
+
 class StartRunScreen(FormDialog):
     """The options of `autoresearch run --detach`; empty fields keep the config's values."""
 
@@ -167,7 +179,7 @@ class StartRunScreen(FormDialog):
         ("parallel", "Parallel", "workers at once"),
         ("budget", "Minutes", "wall-clock budget"),
         ("max", "Max exps", "candidate experiments at most"),
-        ("backend", "Backend", "local or skypilot (default: config)"),
+        ("backend", "Backend", "{backends} (default: config)"),
     )
 
     def compose(self) -> ComposeResult:
@@ -176,7 +188,9 @@ class StartRunScreen(FormDialog):
             with Grid(id="run-form"):
                 for key, label, hint in self.FIELDS:
                     yield Label(label)
-                    yield Input(placeholder=hint, id=f"run-{key}", compact=True)
+                    yield Input(
+                        placeholder=hint.format(backends=_either(backends())), id=f"run-{key}", compact=True
+                    )
             yield Checkbox("skip the A/A self-test", id="run-skip-self-test")
             yield Checkbox(
                 "autopilot: research phases between waves (mine, generate, patch)", id="run-autopilot"
@@ -209,8 +223,8 @@ class StartRunScreen(FormDialog):
             if minutes <= 0:
                 raise ValueError(f"Minutes {value('budget')!r}: must be positive")
         backend = value("backend") or None
-        if backend not in (None, "local", "skypilot"):
-            raise ValueError(f"Backend {backend!r}: must be local or skypilot")
+        if backend is not None and backend not in backends():
+            raise ValueError(f"Backend {backend!r}: must be {_either(backends())}")
         name = value("name") or None
         if name is not None and not all(c.isalnum() or c in "-_." for c in name):
             raise ValueError(f"Name {name!r}: use letters, digits, - _ . only")

@@ -1,5 +1,6 @@
-"""What `autoresearch fleet` asks of SkyPilot outside a run: is a run live, SkyPilot's own status of
-recorded clusters, and downing clusters (retrying failed teardowns) while waiting for SkyPilot."""
+"""What `autoresearch fleet` asks of SkyPilot outside a run (through `SkyPilotFleet.outside_statuses`
+and `down_recorded`): SkyPilot's own status of recorded clusters, and downing clusters (retrying
+failed teardowns) while waiting for SkyPilot."""
 
 from __future__ import annotations
 
@@ -14,15 +15,8 @@ from kb.store import workers as store
 from kb.store.tables import WorkerRow
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.state import LIVE
+from runner.fleet.skypilot.common import LIVE
 from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS
-
-
-def run_is_live(run: dict[str, Any] | None) -> bool:
-    """A run someone drives: running or paused, with a fresh heartbeat."""
-    from kb.store.runs import run_live
-
-    return run is not None and run_live(run["status"], run["heartbeat_at"], now())
 
 
 def down_workers(

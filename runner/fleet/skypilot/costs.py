@@ -12,7 +12,7 @@ from kb.store import workers as store
 from kb.store.workers import WorkerCost
 from runner.fleet.base import _meta
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.state import LIVE, SkyPilotState
+from runner.fleet.skypilot.common import LIVE, FleetScope
 
 
 def worker_cost(row: WorkerCost, meta: dict[str, Any]) -> float | None:
@@ -27,8 +27,16 @@ def worker_cost(row: WorkerCost, meta: dict[str, Any]) -> float | None:
     return float(price) * seconds / 3600
 
 
-class CostsMixin(SkyPilotState):
-    def _costs(self) -> None:
+class CostMeter:
+    """Keeps the run's worker and experiment costs current and says when its budget is spent."""
+
+    def __init__(self, scope: FleetScope) -> None:
+        self.scope = scope
+        self.db = scope.db
+        self.run_id = scope.run_id
+        self.backend = scope.records.backend
+
+    def update(self) -> None:
         """workers.cost_usd = price per hour x hours since launch (until torn down)."""
         for row in store.cost_rows(self.db, self.run_id, self.backend):
             meta = _meta(row["meta"])
@@ -36,10 +44,10 @@ class CostsMixin(SkyPilotState):
             if cost is not None and abs(cost - float(row["cost_usd"] or 0)) > 1e-9:
                 store.update(self.db, row["id"], {"cost_usd": cost})
 
-    def _reconcile_costs(self) -> None:
+    def reconcile(self) -> None:
         """Where SkyPilot's cost report knows a cluster's cost, it replaces the estimate."""
         names = store.launched(self.db, self.run_id, self.backend)
-        if not names or self.conf.price_per_hour is not None:
+        if not names or self.scope.conf.price_per_hour is not None:
             return
         sdk.sky_module()  # SkyPilot missing is a UserError, not a missing report
         try:
@@ -51,18 +59,23 @@ class CostsMixin(SkyPilotState):
             if entry.get("name") in names and isinstance(total, int | float) and total > 0:
                 store.update(self.db, names[entry["name"]], {"cost_usd": float(total)})
 
-    def _charge(self, worker_id: int, experiment_id: int | None, seconds: float) -> None:
+    def charge(self, worker_id: int, experiment_id: int | None, seconds: float) -> None:
         """The experiment pays for the seconds its job held the worker."""
         row = store.row(self.db, worker_id)
         price = row["price_per_hour"] if row else None
         if price and experiment_id is not None:
             experiments.add_cost(self.db, experiment_id, float(price) * seconds / 3600)
 
-    def _budget_spent(self) -> bool:
+    def total(self) -> float:
+        """What the run's workers cost so far."""
+        return store.cost_of_run(self.db, self.run_id)
+
+    def budget_spent(self) -> bool:
+        """The run's `budget.usd` is reached (its machines and its model calls together)."""
         run = run_records.row(self.db, self.run_id)
         usd = _meta(run["budget"] if run else None).get("usd")
         if usd is None:
             return False
         from kb.store.runs import dollars_spent
 
-        return dollars_spent(self.db, self.run_id, self.cost_usd()) >= float(usd)
+        return dollars_spent(self.db, self.run_id, self.total()) >= float(usd)

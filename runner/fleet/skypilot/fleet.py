@@ -1,7 +1,9 @@
 """The SkyPilot fleet: experiment batches on SkyPilot clusters (clouds, Kubernetes, Slurm).
 
-`SkyPilotFleet` is the `Fleet` the runner drives: `up`, `tick` and `down` here; each concern below
-is a mixin of its own module (the package's `__init__` maps them), and only `sdk` imports `sky`.
+`SkyPilotFleet` is the `Fleet` the runner drives. It holds its parts, each an object of its own
+module with its collaborators passed in (the package's `__init__` maps them), and only `sdk`
+imports `sky`: `Teardown`, `CostMeter`, `Qualifier`, `Launcher`, `WorkerPool` (the clusters) and
+`JobTracker` (the batches on them). `up`, `tick` and `down` here put them to work in order.
 
 Workers are clusters, at most `fleet.skypilot.max_clusters` of a run at once, named
 `ar-r<run>-<random>` and recorded in the `workers` table before anything is launched:
@@ -40,14 +42,22 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, ClassVar
+
+import sqlite_utils
 
 from kb.db import now
+from kb.store.tables import WorkerRow
 from kb.workspace import Workspace
-from runner.fleet.base import Worker
-from runner.fleet.skypilot.jobs import JobsMixin
-from runner.fleet.skypilot.scaling import ScalingMixin
-from runner.fleet.skypilot.state import TICK_SECONDS
+from runner.fleet.base import Fleet, JobRef, JobSpec, JobStatus, Worker
+from runner.fleet.skypilot.common import TICK_SECONDS, FleetEvents, FleetScope
+from runner.fleet.skypilot.costs import CostMeter
+from runner.fleet.skypilot.jobs import JobTracker
+from runner.fleet.skypilot.launch import Launcher
+from runner.fleet.skypilot.pool import WorkerPool
+from runner.fleet.skypilot.qualify import Qualifier
 from runner.fleet.skypilot.tasks import (
     DEFAULT_ORIGIN,
     check_resources,
@@ -55,10 +65,28 @@ from runner.fleet.skypilot.tasks import (
     resources_config,
     sky_task,
 )
-from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS
+from runner.fleet.skypilot.teardown import DOWN_WAIT_SECONDS, Teardown
 
 
-class SkyPilotFleet(JobsMixin, ScalingMixin):
+class SkyPilotFleet(Fleet):
+    backend: ClassVar[str] = "skypilot"
+    leaves_workers: ClassVar[bool] = True
+
+    def __init__(self, ws: Workspace, db: sqlite_utils.Database, run_id: int, size: int) -> None:
+        super().__init__(ws, db, run_id, size)
+        self.conf = ws.settings.fleet.skypilot
+        self.size = max(1, min(size, self.conf.max_clusters))
+        scope = FleetScope(ws, db, run_id, self.records)
+        self.events = FleetEvents(db, run_id)
+        self.teardown = Teardown(scope, self.events)
+        self.costs = CostMeter(scope)
+        self.qualifier = Qualifier(scope, self.events, self.teardown)
+        self.launcher = Launcher(scope, self.events, self.teardown, self.costs, self.qualifier)
+        self.pool = WorkerPool(scope, self.size, self.events, self.launcher, self.teardown, self.costs)
+        self.tracker = JobTracker(scope, self.events, self.teardown, self.costs)
+        self._last_tick = 0.0
+        self._closed = False
+
     @classmethod
     def preflight(cls, ws: Workspace) -> None:
         """The resources and the template, rendered and validated by SkyPilot, before any launch."""
@@ -79,30 +107,28 @@ class SkyPilotFleet(JobsMixin, ScalingMixin):
             )
             sky_task(for_cluster(rendered), str(path or DEFAULT_ORIGIN))
 
+    def resources_override(self) -> dict[str, Any]:
+        """The `fleet.skypilot` resources (infra, cpus, memory, accelerators) that are set."""
+        return resources_config(self.conf)
+
     # -- workers -------------------------------------------------------------------------------
 
     def up(self) -> list[Worker]:
         self.preflight(self.ws)
-        self._down_orphans()
-        self._verify(self.workers())
-        live = self.workers()
-        start = max(now(), self._next_launch_at())
-        for n in range(self.size - len(live)):
-            self._new_worker(start + n * self.conf.stagger_seconds)
+        self.teardown.down_orphans()
+        self.teardown.verify(self.workers())
+        self.pool.fill()
         self.tick(force=True)
         return self.workers()
 
     def down(self) -> None:
         """Down every cluster of the run and wait until SkyPilot confirms (or the wait runs out)."""
         for worker in self.workers():
-            self._teardown(worker.id, "down", "the run ended")
-        self._wait_teardowns(DOWN_WAIT_SECONDS)
-        self._costs()
-        self._reconcile_costs()
-        if self.qualify_dir.exists():
-            from runner.harness.prepare import remove_workdir
-
-            remove_workdir(self._repo(), self.qualify_dir)
+            self.teardown.down(worker.id, "down", "the run ended")
+        self.teardown.wait(DOWN_WAIT_SECONDS)
+        self.costs.update()
+        self.costs.reconcile()
+        self.qualifier.remove_tree()
         self._closed = True
 
     def tick(self, force: bool = False) -> None:
@@ -112,13 +138,45 @@ class SkyPilotFleet(JobsMixin, ScalingMixin):
         if not force and stamp - self._last_tick < TICK_SECONDS:
             return
         self._last_tick = stamp
-        self._guarded("teardowns", self._check_teardowns)
+        guarded = self.events.guarded
+        guarded("teardowns", self.teardown.check)
         for worker in self.workers():
             if worker.status == "provisioning":
-                self._guarded(worker.name, functools.partial(self._provision, worker))
+                guarded(worker.name, functools.partial(self.launcher.provision, worker))
             elif worker.status == "qualifying":
-                self._guarded(worker.name, functools.partial(self._qualify, worker))
-        self._guarded("idle clusters", self._idle_down)
-        self._guarded("replacements", self._replace)
-        self._costs()
-        self._give_up_when_failing()
+                guarded(worker.name, functools.partial(self.qualifier.check, worker))
+        guarded("idle clusters", self.pool.idle_down)
+        guarded("replacements", self.pool.replace)
+        self.costs.update()
+        self.pool.give_up_when_failing()
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def submit(self, worker: Worker, spec: JobSpec) -> str:
+        return self.tracker.submit(worker, spec)
+
+    def poll(self, job: JobRef) -> JobStatus:
+        return self.tracker.poll(job)
+
+    def cancel(self, job: JobRef) -> None:
+        self.tracker.cancel(job)
+
+    def reattach(self, jobs: Sequence[JobRef]) -> dict[int, JobStatus]:
+        return self.tracker.reattach(jobs)
+
+    # -- outside a run (`autoresearch fleet`) --------------------------------------------------
+
+    @classmethod
+    def outside_statuses(cls, names: Sequence[str]) -> dict[str, str]:
+        """SkyPilot's own status of these clusters (refreshed from the infra)."""
+        from runner.fleet.skypilot.cli import cluster_statuses
+
+        return cluster_statuses(names)
+
+    @classmethod
+    def down_recorded(
+        cls, db: sqlite_utils.Database, worker_ids: Sequence[int], *, wait: float
+    ) -> list[WorkerRow]:
+        from runner.fleet.skypilot.cli import down_workers
+
+        return down_workers(db, worker_ids, wait=wait)

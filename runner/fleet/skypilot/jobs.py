@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb.db import now
-from kb.store import jobs, workers
+from kb.store import jobs
 from runner.fleet.base import JobRef, JobSpec, JobStatus, Worker
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.costs import CostsMixin
-from runner.fleet.skypilot.state import CHECK_ERRORS, GONE
+from runner.fleet.skypilot.common import CHECK_ERRORS, GONE, FleetEvents, FleetScope
+from runner.fleet.skypilot.costs import CostMeter
 from runner.fleet.skypilot.tasks import for_cluster, sky_task, write_manifest
-from runner.fleet.skypilot.teardown import TeardownMixin
+from runner.fleet.skypilot.teardown import Teardown
 
 POLL_SECONDS = 3.0
 LOG_SECONDS = 60.0
@@ -81,7 +81,18 @@ class _Job:
         )
 
 
-class JobsMixin(TeardownMixin, CostsMixin):
+class JobTracker:
+    """The run's batches on its clusters: submitted, polled, cancelled, found again after a restart,
+    their logs fetched; a job's time is charged to its experiment, a vanished cluster is lost."""
+
+    def __init__(self, scope: FleetScope, events: FleetEvents, teardown: Teardown, costs: CostMeter) -> None:
+        self.scope = scope
+        self.records = scope.records
+        self.events = events
+        self.teardown = teardown
+        self.costs = costs
+        self._jobs: dict[int, _Job] = {}
+
     def submit(self, worker: Worker, spec: JobSpec) -> str:
         cluster = str(worker.meta["cluster"])
         rendered = for_cluster(spec.task)
@@ -97,7 +108,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
             job.error = f"exec failed: {sdk.error_line(exc)}"
         job.save()
         self._jobs[spec.job_id] = job
-        self._update_worker(worker.id, status="busy", idle_since=None, experiment=spec.experiment_id)
+        self.records.update(worker.id, status="busy", idle_since=None, experiment=spec.experiment_id)
         return job.request or "exec-failed"
 
     def poll(self, job: JobRef) -> JobStatus:
@@ -111,13 +122,13 @@ class JobsMixin(TeardownMixin, CostsMixin):
             return tracked.state
         tracked.checked_at = stamp
         result: list[JobStatus] = []
-        self._guarded(f"job {job.job_id}", lambda: result.append(self._poll(tracked, stamp)))
+        self.events.guarded(f"job {job.job_id}", lambda: result.append(self._poll(tracked, stamp)))
         return result[0] if result else tracked.state
 
     def _poll(self, tracked: _Job, stamp: float) -> JobStatus:
         if tracked.error:
             if sdk.cluster_gone(tracked.cluster):
-                self._lose_worker(tracked.worker_id, GONE)
+                self.teardown.lose(tracked.worker_id, GONE)
             return self._end(tracked, JobStatus("lost", detail=tracked.error), fetch=False)
         if tracked.sky_job is None and not self._resolve(tracked):
             return tracked.state
@@ -183,7 +194,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
                 tracked_ids.setdefault(tracked.cluster, set()).add(tracked.sky_job)
             states[ref.job_id] = tracked.state
         live_requests = {j.request for j in self._jobs.values() if j.request}
-        for worker in self.workers():
+        for worker in self.records.up():
             cluster = str(worker.meta.get("cluster"))
             if worker.status not in ("ready", "busy"):
                 continue
@@ -193,7 +204,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
                 queue = sdk.queue(cluster)
             except Exception:  # noqa: BLE001
                 if sdk.cluster_gone(cluster):
-                    self._lose_worker(worker.id, f"{GONE}, found while the runner was away")
+                    self.teardown.lose(worker.id, f"{GONE}, found while the runner was away")
                 continue
             known = tracked_ids.get(cluster, set())
             stray = [
@@ -203,9 +214,9 @@ class JobsMixin(TeardownMixin, CostsMixin):
             ]
             if stray:
                 sdk.cancel_jobs(cluster, stray)
-                self._event("worker_cleanup", f"{cluster}: cancelled jobs nobody tracks: {stray}")
+                self.events.event("worker_cleanup", f"{cluster}: cancelled jobs nobody tracks: {stray}")
             if worker.status == "busy" and not known:
-                self._update_worker(worker.id, status="ready", idle_since=now())
+                self.records.update(worker.id, status="ready", idle_since=now())
         return states
 
     def _track(self, ref: JobRef) -> _Job | None:
@@ -226,7 +237,7 @@ class JobsMixin(TeardownMixin, CostsMixin):
         except Exception as exc:  # noqa: BLE001
             detail = f"exec failed: {sdk.error_line(exc)}"
             if sdk.cluster_gone(job.cluster):
-                self._lose_worker(job.worker_id, GONE)
+                self.teardown.lose(job.worker_id, GONE)
                 detail = f"cluster {job.cluster} vanished"
             self._end(job, JobStatus("lost", detail=detail), fetch=False)
             return False
@@ -235,13 +246,13 @@ class JobsMixin(TeardownMixin, CostsMixin):
             return False
         job.sky_job = int(sky_job)
         job.save()
-        jobs.update(self.db, job.job_id, {"backend_job_id": f"{job.cluster}:{job.sky_job}"})
+        jobs.update(self.scope.db, job.job_id, {"backend_job_id": f"{job.cluster}:{job.sky_job}"})
         return True
 
     def _check_failed(self, job: _Job, exc: BaseException) -> JobStatus:
         job.errors += 1
         if sdk.cluster_gone(job.cluster):
-            self._lose_worker(job.worker_id, GONE)
+            self.teardown.lose(job.worker_id, GONE)
             return self._end(job, JobStatus("lost", detail=f"cluster {job.cluster} vanished"), fetch=False)
         if job.errors >= CHECK_ERRORS:
             return self._end(job, JobStatus("lost", detail=f"job status unavailable: {sdk.error_line(exc)}"))
@@ -253,10 +264,10 @@ class JobsMixin(TeardownMixin, CostsMixin):
         if fetch and job.sky_job is not None and not fetched and status.state == "succeeded":
             status = JobStatus("lost", detail="succeeded, but its log could not be fetched")
         job.final, job.state, job.check = True, status, None
-        self._charge(job.worker_id, job.experiment_id, max(0.0, now() - job.submitted_at))
-        row = workers.row(self.db, job.worker_id)
+        self.costs.charge(job.worker_id, job.experiment_id, max(0.0, now() - job.submitted_at))
+        row = self.records.row(job.worker_id)
         if row and row["status"] == "busy":
-            self._update_worker(job.worker_id, status="ready", idle_since=now())
+            self.records.update(job.worker_id, status="ready", idle_since=now())
         return status
 
     def _fetch_log(self, job: _Job) -> bool:

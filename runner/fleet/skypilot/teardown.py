@@ -12,36 +12,45 @@ from kb.store.tables import WorkerRow
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT
 from runner.fleet.base import Worker, _meta
 from runner.fleet.skypilot import sdk
-from runner.fleet.skypilot.state import LIVE, TICK_SECONDS, SkyPilotState
+from runner.fleet.skypilot.common import LIVE, TICK_SECONDS, FleetEvents, FleetScope
 
 DOWN_WAIT_SECONDS = 900.0
 
 
-class TeardownMixin(SkyPilotState):
-    def _verify(self, workers: list[Worker]) -> None:
+class Teardown:
+    """Takes a run's clusters down: marks the worker over, sends `sky.down`, follows the request."""
+
+    def __init__(self, scope: FleetScope, events: FleetEvents) -> None:
+        self.scope = scope
+        self.records = scope.records
+        self.events = events
+
+    def verify(self, launched: list[Worker]) -> None:
         """After a restart: recorded clusters that SkyPilot no longer has are lost."""
-        launched = [w for w in workers if w.status in ("qualifying", "ready", "busy")]
+        launched = [w for w in launched if w.status in ("qualifying", "ready", "busy")]
         if not launched:
             return
         records = sdk.clusters([w.name for w in launched], refresh=False)
         up = {r["name"] for r in records if sdk.status_value(r["status"]) in ("UP", "INIT")}
         for worker in launched:
             if worker.name not in up:
-                self._lose_worker(worker.id, "the cluster is gone (found missing on restart)")
+                self.lose(worker.id, "the cluster is gone (found missing on restart)")
 
-    def _fail(self, worker_id: int, reason: str) -> None:
+    def fail(self, worker_id: int, reason: str) -> None:
+        """The worker failed (no capacity, setup, qualification): downed, and counted as a failure."""
         if self._is_live(worker_id):
-            self._teardown(worker_id, "failed", reason)
-            self._event("worker_failed", f"{self._name(worker_id)}: {reason}; downed", level="warning")
+            self.down(worker_id, "failed", reason)
+            self.events.event("worker_failed", f"{self._name(worker_id)}: {reason}; downed", level="warning")
 
-    def _lose_worker(self, worker_id: int, reason: str) -> None:
+    def lose(self, worker_id: int, reason: str) -> None:
+        """The worker's cluster vanished (preempted, allocation gone)."""
         if self._is_live(worker_id):  # several jobs and checks may notice the same loss
-            self._teardown(worker_id, "lost", reason)
-            self._event("worker_lost", f"{self._name(worker_id)}: lost ({reason})", level="warning")
+            self.down(worker_id, "lost", reason)
+            self.events.event("worker_lost", f"{self._name(worker_id)}: lost ({reason})", level="warning")
 
-    def _teardown(self, worker_id: int, status: str, reason: str) -> None:
+    def down(self, worker_id: int, status: str, reason: str) -> None:
         """Mark the worker over and send the down request (checked by later ticks)."""
-        row = workers.row(self.db, worker_id)
+        row = self.records.row(worker_id)
         if row is None:
             return
         meta = _meta(row["meta"])
@@ -50,7 +59,7 @@ class TeardownMixin(SkyPilotState):
         if row["status"] in LIVE:
             changes["status"] = status
         if meta.get("launched_at") is None:  # never launched: nothing to tear down
-            self._update_worker(worker_id, **changes, teardown="done", torn_down_at=now())
+            self.records.update(worker_id, **changes, teardown="done", torn_down_at=now())
             return
         launch = meta.get("launch_request")
         if launch and sdk.request_status(str(launch)) not in sdk.REQUEST_DONE:
@@ -58,25 +67,26 @@ class TeardownMixin(SkyPilotState):
         try:
             request = sdk.down(cluster)
         except Exception as exc:  # noqa: BLE001 - retried by `autoresearch fleet down`
-            self._update_worker(worker_id, **changes, teardown=f"failed: {sdk.error_line(exc)}")
+            self.records.update(worker_id, **changes, teardown=f"failed: {sdk.error_line(exc)}")
             return
-        self._update_worker(worker_id, **changes, teardown="pending", down_request=request)
+        self.records.update(worker_id, **changes, teardown="pending", down_request=request)
 
-    def _pending_teardowns(self) -> list[WorkerRow]:
-        return workers.pending_teardowns(self.db, self.backend)
+    def pending(self) -> list[WorkerRow]:
+        return workers.pending_teardowns(self.scope.db, self.records.backend)
 
-    def _check_teardowns(self) -> None:
-        for row in self._pending_teardowns():
+    def check(self) -> None:
+        """Record the outcome of every down request SkyPilot has finished."""
+        for row in self.pending():
             meta = _meta(row["meta"])
             request = str(meta.get("down_request"))
             state = sdk.request_status(request)
             if state not in sdk.REQUEST_DONE and state != "MISSING":
                 continue
             outcome = sdk.down_outcome(request)
-            self._update_worker(row["id"], teardown=outcome, torn_down_at=now(), phase=row["status"])
+            self.records.update(row["id"], teardown=outcome, torn_down_at=now(), phase=row["status"])
             ok = outcome == "done"
             log_event(
-                self.db,
+                self.scope.db,
                 "worker_down" if ok else "worker_down_failed",
                 f"{row['name']}: down ({meta.get('reason') or row['status']})"
                 if ok
@@ -85,17 +95,25 @@ class TeardownMixin(SkyPilotState):
                 run_id=row["run_id"],
             )
 
-    def _wait_teardowns(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> None:
         """Block until SkyPilot confirms every pending down (or the time is up)."""
         deadline = time.monotonic() + timeout
-        self._check_teardowns()
-        while self._pending_teardowns() and time.monotonic() < deadline:
+        self.check()
+        while self.pending() and time.monotonic() < deadline:
             time.sleep(TICK_SECONDS)
-            self._check_teardowns()
+            self.check()
 
-    def _down_orphans(self) -> None:
+    def down_orphans(self) -> None:
         """Clusters recorded for runs that nobody drives any more are downed."""
         for row in workers.orphans(
-            self.db, self.backend, LIVE, self.run_id, RUN_LIVE, now() - STALE_HEARTBEAT
+            self.scope.db, self.records.backend, LIVE, self.scope.run_id, RUN_LIVE, now() - STALE_HEARTBEAT
         ):
-            self._teardown(row["id"], "down", f"its run {row['run_id']} is not live")
+            self.down(row["id"], "down", f"its run {row['run_id']} is not live")
+
+    def _is_live(self, worker_id: int) -> bool:
+        row = self.records.row(worker_id)
+        return row is not None and row["status"] in LIVE
+
+    def _name(self, worker_id: int) -> str:
+        row = self.records.row(worker_id)
+        return str(row["name"]) if row else f"worker {worker_id}"

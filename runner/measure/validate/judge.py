@@ -9,6 +9,8 @@ import statistics
 from kb.config import Settings
 from kb.vocabulary import reads_like_time
 from runner import stats
+from runner.fleet.registry import configured
+from runner.measure.common import policy_of
 from runner.measure.validate.advice import (
     KEEP_POWER,
     MEDIAN_SE,
@@ -79,16 +81,9 @@ def evaluate(
     problems: list[Finding] = []
     advice: list[Finding] = []
     primary = settings.metric.primary
-    policy = stats.Policy(
-        min_effect=settings.policy.min_effect,
-        alpha=settings.policy.alpha,
-        max_pairs=settings.policy.max_pairs,
-        min_pairs=min(settings.policy.min_pairs, settings.policy.max_pairs),
-        batch=settings.policy.batch_pairs,
-        direction=settings.metric.direction,
-    )
+    policy = policy_of(settings)
     workers = parallel or settings.fleet.parallel
-    fleet = backend or settings.fleet.backend
+    fleet = configured(settings, backend).name
     log = m.log_dir
     for step in m.steps:
         if step.rc not in (0, None):
