@@ -771,7 +771,7 @@ def m012_fleet_backend_names(db: sqlite_utils.Database) -> None:
 
 
 @migration
-def m014_reading(db: sqlite_utils.Database) -> None:
+def m013_reading(db: sqlite_utils.Database) -> None:
     """Reading beyond what the user brings (issue 28):
     - `paper_keys`: every address, DOI, arXiv id and title key a paper is known by, so the same
       paper met again (its PDF after its HTML page, a link its page named) is one paper;

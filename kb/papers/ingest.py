@@ -1,5 +1,5 @@
 """Storing papers as citable evidence: each input all or nothing, a paper already there found by any
-of its keys (kb.migrations m014 `paper_keys`: every address it was met at or names, its DOI, arXiv
+of its keys (kb.migrations m013 `paper_keys`: every address it was met at or names, its DOI, arXiv
 id and title) or its text; and listing what is stored. A PDF and the web page of the same paper
 are one paper: the page names its PDF (`citation_pdf_url`), they share a DOI or arXiv id, or their
 titles are the same words (five or more)."""

@@ -271,7 +271,7 @@ class LLMCallRow(TypedDict):
 
 
 class PullRequestRow(TypedDict):
-    """A whole row of pull_requests (kb.migrations m014)."""
+    """A whole row of pull_requests (kb.migrations m013)."""
 
     id: int
     source_id: int
