@@ -29,6 +29,7 @@ from runner.measure.jobs import MAX_JOB_WARNINGS
 from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
 from tests.runner.runner_target import ITERS, git, live_processes_under, make_diff, make_workspace, must
+from tests.runner.sandbox_marks import methods_and_isolation
 
 ONE_LOOK = {"min_pairs": 16, "batch_pairs": 16, "max_pairs": 16, "min_effect": 0.05}
 IS_ROOT = os.geteuid() == 0
@@ -102,8 +103,7 @@ def wait_until_gone(root: Path, seconds: float = 20) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root (the userns one is tested alike)")
-@pytest.mark.parametrize(("method", "isolation"), [("auto", "uid+pid+mount"), ("userns", "userns+pid+mount")])
+@pytest.mark.parametrize(("method", "isolation"), methods_and_isolation())
 def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
     tmp_path: Path, method: str, isolation: str
 ) -> None:
