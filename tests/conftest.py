@@ -79,6 +79,23 @@ def queue_template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
     return mined_queue(tmp_path_factory.mktemp("queue"))
 
 
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The wheel built from the tree, its sdist and the wheel built from that (tests/packaging)."""
+    from tests.packaging.wheel_support import build_wheels
+
+    return build_wheels(tmp_path_factory.mktemp("packaging"))
+
+
+@pytest.fixture(scope="session")
+def installed_demo(tmp_path_factory: pytest.TempPathFactory, wheels):  # type: ignore[no-untyped-def]
+    """`autoresearch demo`, run once per session by the installed wheel from an empty folder: the
+    demo tests assert on its output and workspace, the packaging tests on the install."""
+    from tests.packaging.wheel_support import run_installed_demo
+
+    return run_installed_demo(tmp_path_factory.mktemp("installed-demo"), wheels["wheel"])
+
+
 # --- the CI skip guard ---------------------------------------------------------------------------
 
 # The opt-in tiers: a test with this marker may skip while its switch is off, and only then.
