@@ -34,7 +34,8 @@ build_repos = load_build_repos()
 PATCHES = build_repos.FORK_PATCHES
 ROLES = {p.file: i for i, p in enumerate(PATCHES)}
 
-pytestmark = pytest.mark.slow
+# The first test here may build the wheel and run the demo (the session fixture installed_demo).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:

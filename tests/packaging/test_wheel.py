@@ -20,7 +20,8 @@ from kb.db import connect, rows
 from tests.packaging.wheel_support import ROOT, InstalledDemo, run, tracked_files
 
 PACKAGES = ("kb", "runner", "tui", "autoresearch_examples")
-pytestmark = pytest.mark.slow
+# The first test here may build the wheel and run the demo (the session fixture installed_demo).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 WHERE_FROM = """
 import json, kb, runner, tui, autoresearch_examples, kb.packaged as p
 modules = [m.__file__ for m in (kb, runner, tui, autoresearch_examples)]
