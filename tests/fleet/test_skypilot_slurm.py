@@ -6,11 +6,11 @@
    batches finish without it, and one cluster then loses its Slurm allocation (a preemption).
    `run --resume` collects the surviving batch, finds the lost cluster, queues its experiment
    again (it runs on the other cluster), downs a cluster recorded for a dead run, runs the failing
-   experiment (wrong result: the checks fail, the job FAILED) and three tampering candidates on
+   experiment (wrong result: the checks fail, the job FAILED) and a tampering candidate on
    clusters reused through `sky.exec`, and downs every cluster at the end. The harness there runs
-   as the cluster's user (the login user, not root: a user namespace): the candidates whose build
-   rewrites the benchmark, forges markers with a nonce read from /proc, or replaces the baseline's
-   binary are not kept, and every experiment records the isolation the cluster gave it.
+   as the cluster's user (the login user, not root: a user namespace): the candidate whose build
+   rewrites the benchmark, forges markers with a nonce read from /proc and replaces the baseline's
+   binary is not kept, and every experiment records the isolation the cluster gave it.
    What the SDK smoke test of scripts/slurm/smoke.py showed (launch, a job's log fetched, a second
    job through `sky.exec` numbered after the first, nothing left after down) is shown here too.
 2. No capacity (more CPUs than the node has) is a state: the run stops after `max_failures`.
@@ -126,14 +126,12 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     ws, target = make_workspace(tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet=sky_settings(env))
     patches = queue(ws, target, ["speedup", "slowdown", "wrong"])
     db = ws.db()
-    # Three tampering candidates, after the others (they run once the runner is resumed).
-    attacks: dict[str, int] = {}
-    for name in ATTACKS:
-        hid = add_hypothesis(db, f"Candidate {name}", status="approved", priority=0)
-        assert hid is not None
-        attacks[name] = add_patch(
-            db, hid, runtime_diff(target, RUNTIME[name]), author_kind="manual", author=name
-        )
+    # One tampering candidate, after the others (it runs once the runner is resumed): its build
+    # tries three attacks in turn, each saying in the log what it managed.
+    hid = add_hypothesis(db, "Candidate tamper", status="approved", priority=0)
+    assert hid is not None
+    script = "".join(RUNTIME[name] for name in ATTACKS)
+    tamper = add_patch(db, hid, runtime_diff(target, script), author_kind="manual", author="tamper")
     started = time.monotonic()
     log = tmp_path / "runner.log"
     summary: dict[str, Any] = {}
@@ -170,7 +168,7 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
             )
             return found if len(found) == 2 and any(j["status"] == "running" for j in found) else []
 
-        wave_jobs = wait_for("both wave-1 batches submitted", mid_wave, 300, log)
+        wave_jobs = wait_for("both wave-1 batches submitted", mid_wave, 360, log)
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         killed_at = time.monotonic() - started
@@ -322,24 +320,19 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     assert kinds.count("worker_ready") >= 2 and kinds.count("worker_lost") == 1 and "recovered" in kinds
     assert json.loads(workers[lost_cluster]["meta"])["reason"].startswith("the cluster is gone")
 
-    # The tampering candidates, run by the harness as the cluster's user (a user namespace): none
-    # kept, each attack seen failing in its own log; every experiment records that isolation.
-    evil = {
-        name: must(one(db, "SELECT * FROM experiments WHERE patch_id = ? ORDER BY id DESC LIMIT 1", [pid]))
-        for name, pid in attacks.items()
-    }
-    for name, exp in evil.items():
-        assert exp["status"] in ("discarded", "inconclusive"), (name, exp)
+    # The tampering candidate, run by the harness as the cluster's user (a user namespace): not
+    # kept, each attack seen failing in its log; every experiment records that isolation.
+    evil = must(one(db, "SELECT * FROM experiments WHERE patch_id = ? ORDER BY id DESC LIMIT 1", [tamper]))
+    assert evil["status"] in ("discarded", "inconclusive"), evil
     measured = rows(db, "SELECT meta FROM experiments WHERE run_id = ? AND status != 'lost'", [run["id"]])
     isolation = {json.loads(e["meta"]).get("isolation") for e in measured}
     assert isolation == {"userns+pid+mount"}, [json.loads(e["meta"]) for e in measured]
-    logs = {
-        n: "".join(p.read_text() for p in Path(e["log_dir"]).glob("batch-*.log")) for n, e in evil.items()
-    }
-    assert "sandbox: userns+pid+mount" in "".join(logs.values())
-    assert "evil: autoresearch.sh is read-only" in logs["rewrite_bench"]
-    assert "evil: nonce=unknown log=unknown" in logs["forge_proc"]
-    assert "evil: the baseline tree is out of reach" in logs["baseline_tree"]
+    log_text = "".join(p.read_text() for p in Path(evil["log_dir"]).glob("batch-*.log"))
+    assert "sandbox: userns+pid+mount" in log_text
+    assert "evil: autoresearch.sh is read-only" in log_text  # rewrite_bench
+    assert "evil: nonce=unknown log=unknown" in log_text  # forge_proc
+    assert "evil: the baseline tree is out of reach" in log_text  # baseline_tree
+    assert "evil: rewrote" not in log_text and "evil: replaced" not in log_text
 
     # Nothing left: SkyPilot knows none of the clusters, Slurm holds no allocation for them.
     assert cluster_names(env, sorted(workers)) == []
