@@ -62,7 +62,7 @@ POLICY = {
 }
 # Each test's deadline, its clusters' launches and downs included (a hung cluster fails the test
 # loudly, long before CI's own limit); the subprocesses' own timeouts stay inside it.
-DEADLINE = 480
+DEADLINE = 420
 ATTACKS = ("rewrite_bench", "forge_proc", "baseline_tree")
 TIMEOUTS = {"build": 120, "bench": 30, "check": 60}
 
@@ -112,12 +112,22 @@ def wait_for(what: str, check: Any, timeout: float, log: Path | None = None, eve
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
 
 
+def timeline(ws: Workspace, since: float) -> str:
+    """Where a test's time went: the runs' events, seconds from `since` (wall clock), one a line."""
+    db = ws.db()
+    try:
+        found = rows(db, "SELECT ts, kind, message FROM events ORDER BY id")
+    finally:
+        db.conn.close()
+    return "\n".join(f"{e['ts'] - since:7.1f} s  {e['kind']}: {e['message'][:120]}" for e in found)
+
+
 @pytest.fixture
 def slurm_env() -> dict[str, str]:
     return require_cluster()
 
 
-@pytest.mark.timeout(DEADLINE)
+@pytest.mark.timeout(DEADLINE + 120)  # the longest: two clusters, a kill, a resume
 def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, str], tmp_path: Path) -> None:
     from runner.hypotheses import add_hypothesis, add_patch
     from tests.runner.attacks import RUNTIME, runtime_diff
@@ -133,6 +143,7 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     script = "".join(RUNTIME[name] for name in ATTACKS)
     tamper = add_patch(db, hid, runtime_diff(target, script), author_kind="manual", author="tamper")
     started = time.monotonic()
+    wall_start = time.time()
     log = tmp_path / "runner.log"
     summary: dict[str, Any] = {}
     runner: subprocess.Popen[bytes] | None = None
@@ -229,6 +240,7 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
         if runner is not None and runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
         cleanup = cli(env, ws, "fleet", "down", "--all", "--json", timeout=300)
+        print(f"\ntimeline (shown when the test fails):\n{timeline(ws, wall_start)}")
 
     assert cleanup.returncode == 0, cleanup.stderr
     assert summary["status"] == "finished", summary
