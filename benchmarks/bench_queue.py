@@ -61,8 +61,9 @@ def build(root: Path, hypotheses: int) -> Path:
     mined = time.perf_counter()
     print(
         f"built {result.commits} fork commits in {built - started:.1f} s; add-fork {forked - built:.1f} s; "
-        f"mine {mined - forked:.1f} s: {len(report.fork_added)} queued ({len(report.rebased)} rebased by a "
-        f"three-way merge, {len(report.needs_port)} needs_port), left out {sum(report.left_out.values())}"
+        f"mine {mined - forked:.1f} s: {len(report.added['fork'])} queued "
+        f"({len(report.details['rebased'])} rebased by a three-way merge, "
+        f"{len(report.details['needs_port'])} needs_port), left out {sum(report.left_out.values())}"
     )
     db.conn.close()
     return root / "ws"

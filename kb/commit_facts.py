@@ -14,29 +14,17 @@ t/s columns or a speed-up column, as ik_llama.cpp writes them) are read.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kb.jsoncol import decoded_list
+from kb.vocabulary import AREAS
+
 if TYPE_CHECKING:
     from kb.inventory.layout import BackendMap, HistoryBackends
 
-AREAS = (
-    "backend",
-    "core",
-    "model",
-    "app",
-    "server",
-    "web",
-    "python",
-    "tests",
-    "build",
-    "ci",
-    "docs",
-    "other",
-)
 MAX_EFFECT = 10.0
 """Larger claimed factors are typos or toy cases; they are kept out of the record."""
 
@@ -275,15 +263,8 @@ def expected_effect(claims: Iterable[Claim], primary: str | None) -> float | Non
 
 def claims_from_json(value: Any) -> list[Claim]:
     """`commits.claims` as stored (a JSON list of {effect, metric, text, how}) back to Claims."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return []
-    if not isinstance(value, list):
-        return []
     out = []
-    for item in value:
+    for item in decoded_list(value):
         if isinstance(item, dict) and isinstance(item.get("effect"), int | float):
             metric = item.get("metric")
             out.append(

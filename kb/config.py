@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kb.errors import ConfigError
+from kb.errors import ConfigError, UserError
 from kb.locate import CONFIG_NAME as CONFIG_NAME  # re-exported: callers know it from here
+from kb.policy import MIN_VALUES, Policy
 
 # Durations are capped where the OS's timers end (threading.TIMEOUT_MAX and select() overflow past
 # a few hundred years) well before that: 30 days is longer than any build, benchmark or budget.
@@ -58,6 +59,27 @@ class TargetSettings(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for the build, benchmark and checks (e.g. AUTORESEARCH_GGUF=model path)."""
 
+    @field_validator("protect")
+    @classmethod
+    def _protect(cls, value: list[str]) -> list[str]:
+        return [tree_path(entry, "protect") for entry in value]
+
+
+def tree_path(entry: str, key: str) -> str:
+    """A path inside the target tree as git names it (`./speed.txt` and `speed.txt/` are
+    `speed.txt`); one that names no path there (empty, `.`, spaces around it, absolute, `..`) is
+    refused: it would protect nothing, or everything."""
+    if entry != entry.strip():
+        raise ValueError(f"{entry!r}: spaces around a path (git's names have none there; remove them)")
+    if entry.startswith("/"):
+        raise ValueError(f"{entry!r}: a path inside the target tree, relative to its top (not absolute)")
+    parts = [part for part in entry.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{entry!r}: `..` leaves the target tree")
+    if not parts:
+        raise ValueError(f"{entry!r}: names the whole tree, not a path in it ({key} lists files or folders)")
+    return "/".join(parts)
+
 
 class GuardSettings(_Section):
     metric: str
@@ -91,18 +113,35 @@ class MetricSettings(_Section):
 
 
 class PolicySettings(_Section):
-    min_effect: float = Field(0.01, ge=0.0, lt=1.0)
+    """How experiments are judged. Its bounds are the statistics' own: the section is valid when
+    kb.policy.Policy accepts it (the one rule for the config, `validate`, `run`, `redecide`)."""
+
+    min_effect: float = 0.01
     """Smallest relative gain worth keeping (0.01 = 1%); `autoresearch validate` says what fits."""
-    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    alpha: float = 0.05
     """Error rate: intervals at 1 - alpha; false keeps stay below alpha / 2 across the looks."""
-    max_pairs: int = Field(80, ge=2)
+    max_pairs: int = 80
     """The cap: an experiment still undecided after this many A/B pairs is inconclusive."""
-    min_pairs: int = Field(8, ge=2)
+    min_pairs: int = 8
     """Pairs before the first look (no verdict earlier)."""
-    batch_pairs: int = Field(8, ge=1)
+    batch_pairs: int = 8
     """Pairs per job: one job on a worker runs a batch of pairs; more pairs is another job."""
-    self_test_pairs: int = Field(8, ge=2)
+    self_test_pairs: int = Field(8, ge=MIN_VALUES)
     """Pairs of the A/A self-test (the baseline against itself) before the first wave."""
+
+    @model_validator(mode="after")
+    def _judged_by_policy(self) -> PolicySettings:
+        try:
+            Policy(
+                min_effect=self.min_effect,
+                alpha=self.alpha,
+                max_pairs=self.max_pairs,
+                min_pairs=self.min_pairs,
+                batch=self.batch_pairs,
+            )
+        except UserError as exc:
+            raise ValueError(str(exc).replace("batch ", "batch_pairs ", 1)) from None
+        return self
 
 
 class SkyPilotSettings(_Section):
@@ -161,6 +200,14 @@ class SandboxSettings(_Section):
     (any user the kernel lets create one); auto: uid when the harness runs as root, else userns."""
     user: str = "nobody"
     """The unprivileged user the steps run as under the uid method."""
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if value.strip() in ("root", "0") or not value.strip():
+            raise ValueError(f"{value!r}: the steps must run as an unprivileged user (e.g. nobody)")
+        return value
+
     shared: list[str] = Field(default_factory=list)
     """Folders every build shares (caches): writable in the baseline's steps, read-only in the
     candidate's (ccache's folder is added when ccache is installed)."""
@@ -186,7 +233,8 @@ class LLMSettings(_Section):
     budget_usd: float = Field(5.0, ge=0.0)
     """LLM spending cap in dollars: no model call is made once it is reached."""
     timeout: float = Field(120.0, gt=0.0, le=MAX_SECONDS)
-    """Seconds one model call may take."""
+    """Seconds one model call may take, all of it: connecting, the answer's headers and body, and
+    every retry with the waits between (one deadline, as a paper's fetch has)."""
     max_retries: int = Field(3, ge=0, le=100)
     """Retries of a failed call (rate limits, server errors), with backoff."""
     temperature: float = Field(0.2, ge=0.0, le=2.0)
@@ -236,7 +284,7 @@ class HypothesesSettings(_Section):
     @field_validator("skip_areas")
     @classmethod
     def _known_areas(cls, value: list[str]) -> list[str]:
-        from kb.commit_facts import AREAS
+        from kb.vocabulary import AREAS
 
         unknown = [a for a in value if a not in AREAS]
         if unknown:
@@ -440,6 +488,22 @@ class Settings(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     """`autoresearch validate` and the check `run` makes before it starts."""
 
+    @model_validator(mode="after")
+    def _local_user(self) -> Settings:
+        """On a local fleet the steps' user is one of this machine's: it must exist, and not be
+        root under another name (a remote worker's harness checks its own, sandbox.user there)."""
+        if self.fleet.backend != "local" or self.sandbox.mode == "off" or self.sandbox.method == "userns":
+            return self
+        import pwd
+
+        try:
+            uid = pwd.getpwnam(self.sandbox.user).pw_uid
+        except KeyError:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: no such user on this machine") from None
+        if uid == 0:
+            raise ValueError(f"sandbox.user {self.sandbox.user!r}: uid 0 is root; name an unprivileged user")
+        return self
+
 
 def _explain(error: ValidationError) -> str:
     first = error.errors()[0]
@@ -448,7 +512,11 @@ def _explain(error: ValidationError) -> str:
     got = ""
     if isinstance(given, bool | int | float) or (isinstance(given, str) and len(given) <= 60):
         got = f" (got {_toml_value(given)})"  # `true` vs 1, "2" vs 2: the type is the point
-    return f"{where}: {first['msg']}{got}"
+    # A validator's own words come without pydantic's "Value error, " in front of them.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if not first["loc"] and first["type"] == "value_error":
+        return message  # a rule across sections: its message names the keys
+    return f"{where}: {message}{got}"
 
 
 def parse_settings(data: dict[str, Any], origin: str) -> Settings:
@@ -472,6 +540,8 @@ def load_settings(path: Path) -> Settings:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed TOML (arrays or tables nested too deeply)") from None
     return parse_settings(data, str(path))
 
 

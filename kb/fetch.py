@@ -225,7 +225,11 @@ def get(
         result = _one_hop(current, where, deadline, max_bytes, headers, check_head)
         if isinstance(result, Page):
             return result
-        current = urljoin(current, result)
+        try:
+            current = urljoin(current, result)
+            urlsplit(current).port  # noqa: B018 (a port or a bracket urlsplit cannot read raises here)
+        except ValueError as exc:
+            raise UserError(f"{where}: redirected to an invalid URL {result!r} ({exc})") from None
     raise UserError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
@@ -238,7 +242,10 @@ def _one_hop(
     check_head: CheckHead | None,
 ) -> Page | str:
     """One request: the page, or the Location a redirect points to."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # `http://[::1` or a `]` in the host
+        raise UserError(f"{where}: not a valid URL ({exc})") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise UserError(f"{where}: unsupported URL scheme {scheme!r} (http and https only)")

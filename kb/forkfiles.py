@@ -12,8 +12,7 @@ valid); files that no longer differ are deleted, or kept marked stale when somet
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -22,6 +21,7 @@ from kb import gitrepo
 from kb.commit_facts import area_of
 from kb.db import insert, is_cited, now, one, rows, update
 from kb.forklog import NUMSTAT, DiffCapper, DiffText, changed_lines, raw_entry
+from kb.jsoncol import decoded_dict
 
 if TYPE_CHECKING:
     import git
@@ -203,17 +203,8 @@ def store_files(
             continue
         if is_cited(db, evidence_id):
             old = one(db, "SELECT meta FROM evidence WHERE id = ?", [evidence_id])
-            meta = json.loads(old["meta"]) if old and old["meta"] else {}
+            meta = decoded_dict(old["meta"] if old else None)
             update(db, "evidence", evidence_id, {"meta": {**meta, "stale": True}})
             db.execute("DELETE FROM fork_files WHERE evidence_id = ?", [evidence_id])
         else:
             db.execute("DELETE FROM evidence WHERE id = ?", [evidence_id])
-
-
-@dataclass(frozen=True)
-class FileComparison:
-    """What `kb add-fork` reports of a file-level comparison."""
-
-    recorded: int
-    differing: int
-    by_status: dict[str, int] = field(default_factory=dict)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,6 +9,7 @@ import sqlite_utils
 
 from kb.db import one, rows
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict, decoded_list
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def list_forks(db: sqlite_utils.Database, name: str | None = None) -> list[Fork]
         raise UserError(f"{name}: no such fork")
     forks: list[Fork] = []
     for row in found:
-        meta = json.loads(row.pop("meta") or "{}")
+        meta = decoded_dict(row.pop("meta"))
         row["merge_base"] = row["merge_base"] or ""
         forks.append(Fork(**row, fork_point=meta.get("fork_point", {})))
     return forks
@@ -102,14 +102,14 @@ def list_commits(db: sqlite_utils.Database, name: str, path: str | None = None) 
             subject=r["subject"],
             author=r["author"],
             date=r["date"],
-            files=json.loads(r["files"]),
+            files=decoded_list(r["files"]),
             insertions=r["insertions"],
             deletions=r["deletions"],
             upstreamed=bool(r["upstreamed"]),
             diff_truncated=bool(r["diff_truncated"]),
-            backends=json.loads(r["backends"] or "[]"),
-            areas=json.loads(r["areas"] or "[]"),
-            claims=json.loads(r["claims"] or "[]"),
+            backends=decoded_list(r["backends"]),
+            areas=decoded_list(r["areas"]),
+            claims=decoded_list(r["claims"]),
         )
         for r in found
     ]

@@ -39,8 +39,10 @@ from kb.db import insert, log_event, now, one, rows, transaction, update
 from kb.errors import UserError
 from kb.forkfiles import ForkFile, compare_files, store_files
 from kb.forklist import Fork, ForkCommit, list_commits, list_forks
+from kb.forklock import fork_lock
 from kb.forklog import LOG_FORMAT, MinedCommit, evidence_body, parse_log
 from kb.forkpoint import ForkPoint, find_fork_point
+from kb.jsoncol import decoded_dict, decoded_list
 
 if TYPE_CHECKING:
     import git
@@ -134,7 +136,7 @@ def _request(
 ) -> _Request:
     _check_name(name)
     existing = one(db, "SELECT * FROM sources WHERE kind = 'fork' AND name = ?", [name])
-    meta: dict[str, Any] = json.loads(existing["meta"]) if existing and existing["meta"] else {}
+    meta: dict[str, Any] = decoded_dict(existing["meta"] if existing else None)
     suggested = _suggestion(ws, name)
     if location is None:
         if existing is not None:
@@ -177,7 +179,21 @@ def add_fork(
 
     `location` may be left out for a fork already recorded, or one the config's `[reading]` forks
     suggest (its URL, branch and fork point are used). `fork_point` names the fork's commit where it
-    left the target, for a target with no history to find it by; it is remembered for refreshes."""
+    left the target, for a target with no history to find it by; it is remembered for refreshes.
+    One process at a time per workspace (kb/forklock.py): a second one waits, then refreshes."""
+    with fork_lock(ws.root):
+        return _add_fork_locked(ws, db, name, location, branch=branch, fork_point=fork_point)
+
+
+def _add_fork_locked(
+    ws: Workspace,
+    db: sqlite_utils.Database,
+    name: str,
+    location: str | None = None,
+    *,
+    branch: str | None = None,
+    fork_point: str | None = None,
+) -> ForkResult:
     started = time.perf_counter()
     req = _request(ws, db, name, location, branch, fork_point)
     repo = gitrepo.open_repo(ws.mirror_path)
@@ -498,7 +514,7 @@ def _stored_patches(db: sqlite_utils.Database, source_id: int) -> dict[str, _Pat
         "WHERE e.source_id = ? AND e.kind = 'commit'",
         [source_id],
     )
-    return {r["sha"]: (r["patch_id"], frozenset(json.loads(r["files"]))) for r in found}
+    return {r["sha"]: (r["patch_id"], frozenset(decoded_list(r["files"]))) for r in found}
 
 
 def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBackends) -> None:
@@ -510,7 +526,7 @@ def _fill_facts(db: sqlite_utils.Database, source_id: int, backends: HistoryBack
         [source_id],
     )
     for r in found:
-        facts = commit_facts(json.loads(r["files"]), r["message"] or r["subject"], backends)
+        facts = commit_facts(decoded_list(r["files"]), r["message"] or r["subject"], backends)
         values = [json.dumps(facts.backends), json.dumps(facts.areas), json.dumps(facts.claims_json())]
         db.execute(
             "UPDATE commits SET backends = ?, areas = ?, claims = ? WHERE evidence_id = ?",

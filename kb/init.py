@@ -61,16 +61,17 @@ def _normalise_location(location: str) -> str:
     return str(path)
 
 
-def uncommitted(location: str, baseline_commit: str) -> list[str]:
+def uncommitted(location: str, baseline_commit: str, mirror: Path) -> list[str]:
     """Tracked files of a local target whose work tree differs from the baseline commit, when the
-    baseline is the target's HEAD: edits the user may think are measured, and are not."""
+    baseline is the target's HEAD: edits the user may think are measured, and are not. Read
+    through the workspace's `mirror`: no command of the target's own repository runs (hooks,
+    core.fsmonitor, filters; `kb add-fork` reads a repository as safely)."""
     if gitrepo.is_url(location):
         return []
     repo = gitrepo.open_repo(Path(location))
-    if repo.bare or gitrepo.commit_of(repo, "HEAD") != baseline_commit:
+    if repo.bare or gitrepo.commit_of(repo, "HEAD") != baseline_commit or repo.working_tree_dir is None:
         return []
-    code, out, _ = gitrepo.run_unchecked(repo, "status", "--porcelain", "--untracked-files=no")
-    return [line[3:] for line in out.splitlines() if len(line) > 3] if code == 0 else []
+    return gitrepo.worktree_changes(gitrepo.open_repo(mirror), Path(repo.working_tree_dir), baseline_commit)
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Numbered schema migrations, append-only, each applied in its own transaction. Over 600 lines
+"""Numbered schema migrations, append-only, each applied in its own transaction. Long
 because it is one ordered list: the order of the functions is the schema's history, and
 splitting it across files would hide that order.
 
@@ -747,6 +747,14 @@ CREATE INDEX llm_calls_step ON llm_calls (step) WHERE step IS NOT NULL
         "WHEN json_extract(summary, '$.stopped_by') LIKE 'budget: %minutes' THEN 'budget_minutes' "
         "END WHERE status = 'finished' AND imported_from IS NULL"
     )
+
+
+@migration
+def m011_decision_family(db: sqlite_utils.Database) -> None:
+    """`decisions.family` (JSON, {experiment id: pairs}): the wave-mates a look of the loop judged
+    together and how many pairs each had then, so that `redecide --check` replays every stored
+    decision exactly (the same judge on the same inputs). Decisions recorded before have none."""
+    db.execute("ALTER TABLE decisions ADD COLUMN family TEXT")
 
 
 def _rebuild_from_own_sql(db: sqlite_utils.Database, table: str, edit: Callable[[str], str]) -> None:

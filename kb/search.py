@@ -20,7 +20,6 @@ come first; hits only the second index finds follow (`match = "stem"`), so `repa
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ import sqlite_utils
 
 from kb.db import one, rows
 from kb.errors import UserError
+from kb.jsoncol import decoded, decoded_dict
 
 SearchKind = Literal["paper", "commit", "fusion", "note"]
 SEARCH_KINDS: tuple[str, ...] = ("paper", "commit", "fusion", "note")
@@ -154,12 +154,15 @@ def _stem_phrase(text: str) -> str:
 
 
 def _expression(query: str, stems: bool) -> str:
-    parts: list[str] = []
+    """The FTS5 expression: groups of terms joined by OR, the groups ANDed. A term or a group given
+    again adds nothing to what matches, and FTS5 pays for each phrase of a row again in bm25 (a
+    thousand `t*` took minutes): each is kept once, so the cost grows with the distinct terms."""
+    groups: list[list[str]] = []
     pending_or = False
     for match in _TOKEN.finditer(query):
         phrase, word = match.group(1), match.group(2)
         if word == "OR":
-            pending_or = bool(parts)
+            pending_or = bool(groups)
             continue
         text = phrase if phrase is not None else word
         prefix = False
@@ -173,11 +176,12 @@ def _expression(query: str, stems: bool) -> str:
             term = _stem_phrase(text)
         else:
             term = _stem_term(text, prefix)
-        if pending_or and parts:
-            parts[-1] = f"{parts[-1]} OR {term}"
+        if pending_or and groups:
+            groups[-1].append(term)
         else:
-            parts.append(term)
+            groups.append([term])
         pending_or = False
+    parts = list(dict.fromkeys(" OR ".join(dict.fromkeys(group)) for group in groups))
     if not parts:
         raise UserError(f"{query!r}: nothing to search for (give at least one word)")
     expression = " AND ".join(f"({p})" if " OR " in p or " AND " in p else p for p in parts)
@@ -308,13 +312,8 @@ def _snippets(
     }
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+_COMMIT_JSON = ("files", "binary_files", "backends", "areas", "claims")
+"""The commits columns that hold JSON."""
 
 
 def get_evidence(db: sqlite_utils.Database, evidence_id: int) -> Evidence:
@@ -332,7 +331,7 @@ def get_evidence(db: sqlite_utils.Database, evidence_id: int) -> Evidence:
     source = {k: v for k, v in source.items() if v is not None}
     commit = one(db, "SELECT * FROM commits WHERE evidence_id = ?", [evidence_id])
     if commit is not None:
-        commit = {k: _json(v) for k, v in commit.items() if k != "evidence_id"}
+        commit = {k: decoded(v) if k in _COMMIT_JSON else v for k, v in commit.items() if k != "evidence_id"}
         commit["upstreamed"] = bool(commit["upstreamed"])
         commit["diff_truncated"] = bool(commit["diff_truncated"])
     fusion = one(db, "SELECT * FROM fusions WHERE evidence_id = ?", [evidence_id])
@@ -342,7 +341,7 @@ def get_evidence(db: sqlite_utils.Database, evidence_id: int) -> Evidence:
         r["path"]
         for r in rows(db, "SELECT path FROM commit_files WHERE evidence_id = ? ORDER BY path", [evidence_id])
     ]
-    meta = _json(row["meta"]) if row["meta"] else {}
+    meta = decoded_dict(row["meta"])
     return Evidence(
         id=row["id"],
         kind=_SEARCH_KIND_OF.get(row["kind"], row["kind"]),

@@ -50,6 +50,27 @@ EXPERIMENT_FINAL: tuple[str, ...] = (
 """Statuses an experiment can no longer leave."""
 VERDICTS: tuple[str, ...] = ("keep", "discard", "inconclusive", "continue")
 """What the statistical policy says of a candidate after a batch of pairs."""
+VERDICT_STATUS: dict[str, str] = {"keep": "kept", "discard": "discarded", "inconclusive": "inconclusive"}
+"""The experiment status a final verdict ends in (`continue` ends nothing)."""
+STATUS_VERDICT: dict[str, str] = {status: verdict for verdict, status in VERDICT_STATUS.items()}
+"""The verdict behind a decided status."""
+
+AREAS: tuple[str, ...] = (
+    "backend",
+    "core",
+    "model",
+    "app",
+    "server",
+    "web",
+    "python",
+    "tests",
+    "build",
+    "ci",
+    "docs",
+    "other",
+)
+"""What part of a project a changed file belongs to (kb.commit_facts sorts a commit's files into
+them; `hypotheses.skip_areas` names them)."""
 
 RUN_STATUSES: tuple[str, ...] = ("running", "paused", "finished", "failed", "interrupted")
 RUN_LIVE: tuple[str, ...] = ("running", "paused")
@@ -79,6 +100,11 @@ STOP_MEANINGS: dict[str, str] = {
     "no_hypotheses": "the research phase found nothing new to try",
     "user": "stopped by a person (steer stop, the console, Ctrl-C)",
 }
+
+SOURCE_FORMS = (
+    "URL, fork:NAME@SHA, evidence:ID, paper:ID (or the paper's URL or file:// address), gap:ID or note:TEXT"
+)
+"""The forms a hypothesis's provenance ref may take (`--source`; runner/submit.py checks them)."""
 
 PHASES: tuple[str, ...] = ("researching", "patching", "measuring", "reflecting", "idle")
 """What a run is doing now (runs.phase), shown in the console."""

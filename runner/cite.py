@@ -6,6 +6,8 @@ knowledge base, which become evidence links, so the provenance chain winner -> e
 
 - `evidence:ID`, `gap:ID`, `passage:ID`: that evidence row (any kind).
 - `paper:ID`: the paper source ID; its first passage is linked, the ref becomes the paper's URL.
+- `fork:NAME@SHA`: that commit of a fork in the knowledge base (a fork or commit it does not hold
+  is refused: the ref would cite nothing).
 - a paper's own URL or file address (`https://...`, `file:///...`, the path it was added from):
   the paper added from there; refs that name nothing in the knowledge base stay free-form.
 """
@@ -24,6 +26,7 @@ from kb.store.tables import SourceRow
 
 EVIDENCE_REF = re.compile(r"(evidence|gap|passage):(\d+)")
 PAPER_REF = re.compile(r"paper:(\d+)")
+FORK_REF = re.compile(r"fork:([^@\s]+)@([0-9a-fA-F]{4,64})")
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,29 @@ def resolve(db: sqlite_utils.Database, ref: str) -> Citation:
         if source is None:
             raise UserError(f"--source {ref}: no paper with this id (see autoresearch kb papers)")
         return _paper(db, source, str(source["canonical_url"] or source["url"] or ref))
+    if ref.startswith("fork:"):
+        return _fork_commit(db, ref)
     source = store.paper_at(db, _addresses(ref))
     if source is not None:
         return _paper(db, source, ref)
     if ref.startswith("file://"):
         raise UserError(f"--source {ref}: no paper was added from this file (autoresearch kb add-paper FILE)")
     return Citation(ref)
+
+
+def _fork_commit(db: sqlite_utils.Database, ref: str) -> Citation:
+    match = FORK_REF.fullmatch(ref)
+    if match is None:
+        raise UserError(f"--source {ref}: write fork:NAME@SHA (a fork of the knowledge base, a commit of it)")
+    name, sha = match[1], match[2].lower()
+    if not store.fork_known(db, name):
+        raise UserError(f"--source {ref}: no fork {name!r} in the knowledge base (see autoresearch kb forks)")
+    found = store.fork_commits(db, name, sha)
+    if not found:
+        raise UserError(
+            f"--source {ref}: fork {name} has no commit {sha} (see autoresearch kb commits {name})"
+        )
+    if len(found) > 1:
+        raise UserError(f"--source {ref}: {sha} names several commits of fork {name}; give more of the sha")
+    row = found[0]
+    return Citation(ref, [row["id"]], f"commit {row['id']} {row['title'] or ''!r}")

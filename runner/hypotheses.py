@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import sqlite_utils
 
@@ -315,3 +315,27 @@ def link_evidence(db: sqlite_utils.Database, hypothesis_id: int, evidence_ids: I
 
 def evidence_of(db: sqlite_utils.Database, hypothesis_id: int) -> list[int]:
     return store.evidence_ids(db, hypothesis_id)
+
+
+def details(db: sqlite_utils.Database, hypothesis_id: int) -> dict[str, Any]:
+    """One hypothesis as `hypotheses show --json` prints it: its row, the evidence it cites with
+    their sources, its free-form refs, its patches, its place and rank in the queue, its family."""
+    from dataclasses import asdict
+
+    from kb.store.queue import queue_row
+
+    stored = store.stored(db, hypothesis_id)
+    if stored is None:
+        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
+    family = stored["family"]
+    row: dict[str, Any] = dict(stored)
+    row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
+    row["sources"] = store.source_refs(db, hypothesis_id)
+    row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
+    queued = queue_row(db, hypothesis_id)
+    row["rank_why"] = queued.rank_why
+    row["priority_set"] = queued.priority_set
+    row["outcome"] = queued.outcome
+    row["waits_behind"] = queued.waits_behind
+    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
+    return row

@@ -11,7 +11,10 @@
   error (a couple of times), then the call fails as a whole: never half-used. What is sent back, and
   what is stored, is bounded: a runaway answer is cut to its start and end (EXCERPT_CHARS,
   STORED_CHARS) with its full length said.
-- Rate limits, timeouts and connection errors are retried with exponential backoff.
+- Rate limits, timeouts and connection errors are retried with exponential backoff, all within one
+  deadline (`llm.timeout`) over the whole call: connecting, the headers and the body of every
+  attempt and the waits between them (runner/deadline.py; a server that drips its answer a byte a
+  second cannot hold a call past it). An answer without a choice is a failed attempt, not a crash.
 - A dollar budget (`llm.budget_usd`, summed over `llm_calls.cost_usd`) stops further calls.
 - API keys are read by litellm from the environment; they are never stored, and error texts are scrubbed
   of any environment secret before they are logged.
@@ -36,6 +39,7 @@ from kb.config import LLMSettings
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
 from kb.store import llm_calls as store
+from runner.deadline import DeadlinePassed, within
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -57,7 +61,14 @@ _RETRYABLE = (
     "ServiceUnavailableError",
     "InternalServerError",
     "BadGatewayError",
+    "EmptyAnswer",
 )
+
+
+class EmptyAnswer(Exception):
+    """The server answered without a choice: a failed attempt (retried like a server error)."""
+
+
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 _litellm: ModuleType | None = None
@@ -353,12 +364,12 @@ class LLMClient:
             **values,
         }
 
-    def _completion(self, messages: list[Message], schema: type[BaseModel] | None) -> Any:
+    def _completion(self, messages: list[Message], schema: type[BaseModel] | None, left: float) -> Any:
         litellm = litellm_module()
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
-            "timeout": self.config.timeout,
+            "timeout": left,
             "temperature": self.config.temperature,
             # Retries are ours (each one logged); stop litellm and the openai client retrying silently.
             "num_retries": 0,
@@ -377,7 +388,7 @@ class LLMClient:
         mock = self._next_mock()
         if mock is not None:
             kwargs["mock_response"] = mock
-        return litellm.completion(**kwargs)
+        return within(left, lambda: litellm.completion(**kwargs))
 
     def _cost(self, response: Any) -> float | None:
         """Dollar cost from litellm's price table; None when the model has no known price."""
@@ -402,15 +413,20 @@ class LLMClient:
         Returns (call id, text, next attempt, whether the answer was cut off at the token limit)."""
         prompt = json.dumps(messages, ensure_ascii=False)
         failures = 0
+        deadline = time.monotonic() + self.config.timeout
         while True:
             self._check_budget(purpose, prompt, hypothesis_id)
             started = time.monotonic()
             try:
-                response = self._completion(messages, schema)
-            except Exception as exc:
+                response = self._completion(messages, schema, deadline - started)
+                if not getattr(response, "choices", None):
+                    raise EmptyAnswer("the answer holds no choice (choices: [])")
+            except (Exception, DeadlinePassed) as exc:
                 duration = int((time.monotonic() - started) * 1000)
                 kind = type(exc).__name__
                 detail = scrub(" ".join(str(exc).split()))[:2000]
+                if isinstance(exc, DeadlinePassed):
+                    kind, detail = "Timeout", f"no answer within llm.timeout ({self.config.timeout:g} s)"
                 error = f"{kind}: {detail}"
                 call_id = self._log(
                     self._row(purpose, prompt, hypothesis_id, attempt, error=error, duration_ms=duration)
@@ -428,11 +444,14 @@ class LLMClient:
                         limit,
                     ) from None
                 retryable = kind in _RETRYABLE
-                if retryable and failures < self.config.max_retries:
+                wait = min(MAX_BACKOFF_S, self.backoff_s * 2**failures)
+                in_time = time.monotonic() + wait < deadline
+                if retryable and failures < self.config.max_retries and in_time:
                     failures += 1
-                    self.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (failures - 1)))
+                    self.sleep(wait)
                     continue
-                why = f"after {failures + 1} attempts" if retryable else "(not retryable)"
+                spent = "" if in_time or failures >= self.config.max_retries else ", llm.timeout spent"
+                why = f"after {failures + 1} attempts{spent}" if retryable else "(not retryable)"
                 raise LLMError(
                     f"{purpose}: model {self.config.model} failed {why}: {error[:300]} (llm call {call_id})"
                 ) from None

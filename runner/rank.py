@@ -47,6 +47,7 @@ from kb.commit_facts import (
     touched_functions,
 )
 from kb.db import transaction
+from kb.jsoncol import decoded
 from kb.store import ranking as store
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def target_of(ws: Workspace, db: sqlite_utils.Database) -> Target:
     backend = settings.kb.inventory.target_backend
     gap_ops: dict[str, str] = {}
     for gap in store.gaps(db):
-        meta = _json(gap["meta"])
+        meta = decoded(gap["meta"])
         missing = meta.get("missing") if isinstance(meta, dict) else None
         if isinstance(missing, str):
             missing = [m.strip() for m in missing.split(",")]
@@ -184,18 +185,6 @@ def target_of(ws: Workspace, db: sqlite_utils.Database) -> Target:
     )
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
-# --- the facts of each hypothesis ------------------------------------------------------------------
-
-
 def _lines(diff: str) -> int:
     return len(_CHANGED.findall(diff))
 
@@ -203,14 +192,14 @@ def _lines(diff: str) -> int:
 def _facts(r: store.RankFacts, backends_of: _LazyBackends) -> Facts:
     f = Facts(r["id"], r["origin"], r["expected_effect"], float(r["created_at"]), gap=r["gap"])
     diff = r["patch_diff"] or r["commit_diff"] or ""
-    files = _json(r["patch_files"]) if r["patch_files"] else _json(r["commit_files"])
+    files = decoded(r["patch_files"]) if r["patch_files"] else decoded(r["commit_files"])
     f.files = [str(p) for p in files] if isinstance(files, list) else []
     if r["commit_files"] is not None:
         f.fork_commit = True
         f.when = _epoch(r["authored_at"])
-        stored = _json(r["backends"])
+        stored = decoded(r["backends"])
         f.backends = [str(b) for b in stored] if isinstance(stored, list) else None
-        areas = _json(r["areas"])
+        areas = decoded(r["areas"])
         f.areas = [str(a) for a in areas] if isinstance(areas, list) else []
         f.claims = (
             claims_from_json(r["claims"])

@@ -25,7 +25,9 @@ GIT_ENV = {
 
 
 @pytest.fixture(autouse=True)
-def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+def _isolate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[None]:
     """No test reads the developer's workspace, git config or telemetry settings."""
     monkeypatch.delenv("AUTORESEARCH_WORKSPACE", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -36,6 +38,43 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     yield
+    if request.node.get_closest_marker("forges_decisions") is None:
+        replay_stored_decisions(tmp_path)
+
+
+def replay_stored_decisions(folder: Path) -> None:
+    """Every look the loop recorded in a workspace a test left behind is judged again by the same
+    judge on the stored samples (`redecide --check`) and must come out the same: the loop and
+    `redecide` cannot drift apart while any test runs a real run."""
+    import sqlite3
+
+    import sqlite_utils
+
+    from runner.record import history
+    from runner.record.redecide import check
+
+    for path in [*folder.glob("*/autoresearch.db"), *folder.glob("*/*/autoresearch.db")]:
+        if not path.is_file():
+            continue  # a test's stand-in for a database (a directory, on purpose)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            try:
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(decisions)").fetchall()}
+            except sqlite3.DatabaseError:
+                continue  # a test's damaged database, on purpose
+            if "family" not in columns:
+                continue  # not a workspace, or one left at an older schema on purpose
+            db = sqlite_utils.Database(conn)
+            for run in history.runs(db):
+                result = check(db, run.id)
+                assert not result.mismatches, (
+                    f"{path}: run {run.name}: stored looks differ from their replay: "
+                    + "; ".join(
+                        f"exp {r.experiment_id} at {r.pairs} pairs: {r.why}" for r in result.mismatches
+                    )
+                )
+        finally:
+            conn.close()
 
 
 def git(cwd: Path, *args: str) -> str:

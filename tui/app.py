@@ -17,68 +17,43 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from kb.errors import UserError
 from kb.packaged import packaged
+from kb.textsafe import inert
 from tui import data
 from tui.host import Clock
 from tui.messages import DatabaseChanged, ProcessFinished
+from tui.panes import NAMES, PANES, Pane
 from tui.spawn import RunRequest, Spawner, cli_argv, log_name, spawn_detached, wait
 
 if TYPE_CHECKING:
     from tui.host import Host
     from tui.screens.help import HelpSections
 
-PANE_NAMES = ("knowledge", "hypotheses", "fleet", "history")
+PANE_NAMES = NAMES
 
 
-# Each pane's screen module is imported when the pane is first shown: start-up imports one.
-def knowledge_screen() -> Screen[Any]:
-    from tui.screens.knowledge import KnowledgeScreen
-
-    return KnowledgeScreen()
-
-
-def hypotheses_screen() -> Screen[Any]:
-    from tui.screens.hypotheses import HypothesesScreen
-
-    return HypothesesScreen()
-
-
-def fleet_screen() -> Screen[Any]:
-    from tui.screens.fleet import FleetScreen
-
-    return FleetScreen()
-
-
-def history_screen() -> Screen[Any]:
-    from tui.screens.history import HistoryScreen
-
-    return HistoryScreen()
+def _pane_screen(pane: Pane) -> Callable[[], Screen[Any]]:
+    """Each pane's screen module is imported when the pane is first shown: start-up imports one."""
+    return lambda: cast(Screen[Any], pane.make_screen())
 
 
 class AutoresearchApp(App[None]):
     CSS_PATH = [packaged("tui", "styles", "app.tcss")]
     TITLE = "autoresearch"
-    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
-        "knowledge": knowledge_screen,
-        "hypotheses": hypotheses_screen,
-        "fleet": fleet_screen,
-        "history": history_screen,
-    }
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {p.name: _pane_screen(p) for p in PANES}
     BINDINGS = [
-        Binding("1", "switch_mode('knowledge')", "Knowledge", show=False),
-        Binding("2", "switch_mode('hypotheses')", "Hypotheses", show=False),
-        Binding("3", "switch_mode('fleet')", "Fleet", show=False),
-        Binding("4", "switch_mode('history')", "History", show=False),
+        *(Binding(p.key, f"switch_mode('{p.name}')", p.label, show=False) for p in PANES),
         Binding("slash", "search", "Search", show=False),
         Binding("question_mark,f1", "help", "Help", show=False),
         Binding("q", "quit", "Quit", show=False),
@@ -154,6 +129,19 @@ class AutoresearchApp(App[None]):
     def notify_changed(self) -> None:
         """This process wrote: refresh now rather than at the next poll."""
         self.db_changed.publish(-1)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A toast; its text is never markup and always inert: messages quote run names, errors,
+        a spawned command's output (kb/textsafe.py). Every widget's `notify` lands here."""
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
 
     # --- errors: one handler for every worker ----------------------------------------------------
 
@@ -287,13 +275,8 @@ class AutoresearchApp(App[None]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for _key, mode, label in (
-            ("1", "knowledge", "Knowledge"),
-            ("2", "hypotheses", "Hypotheses"),
-            ("3", "fleet", "Fleet"),
-            ("4", "history", "History"),
-        ):
-            yield SystemCommand(f"Go to {label}", f"Show the {label.lower()} pane", self._go(mode))
+        for pane in PANES:
+            yield SystemCommand(f"Go to {pane.label}", f"Show {pane.what}", self._go(pane.name))
         yield SystemCommand(
             "Search the knowledge base", "Live search over papers, commits, fusions", self.action_search
         )
@@ -390,29 +373,27 @@ def help_sections() -> HelpSections:
     from tui.screens.compare import CompareScreen
     from tui.screens.dialogs import NoteScreen, StartRunScreen
     from tui.screens.evidence import CommitScreen, PaperScreen
-    from tui.screens.fleet import FleetScreen
-    from tui.screens.history import HistoryScreen, RedecideScreen
-    from tui.screens.hypotheses import HypothesesScreen, HypothesisScreen
-    from tui.screens.knowledge import KnowledgeScreen
+    from tui.screens.history import RedecideScreen
+    from tui.screens.hypotheses import HypothesisScreen
     from tui.screens.log import LogScreen
     from tui.widgets.common import PagedTable
 
-    return [
-        ("Everywhere", AutoresearchApp),
-        ("Tables", PagedTable),
-        ("1 Knowledge (enter opens a paper, commit, inventory row or search hit)", KnowledgeScreen),
-        ("Paper reader", PaperScreen),
-        ("Fork commit", CommitScreen),
-        ("2 Hypotheses (enter: detail)", HypothesesScreen),
-        ("Hypothesis detail (enter on an evidence row opens it)", HypothesisScreen),
-        ("3 Fleet (enter: the selected experiment's log)", FleetScreen),
-        ("Start-run dialog", StartRunScreen),
-        ("Focus / avoid note dialog", NoteScreen),
-        ("Log viewer", LogScreen),
-        ("4 History (enter: the experiment in full)", HistoryScreen),
-        ("Comparison", CompareScreen),
-        ("Re-decide", RedecideScreen),
-    ]
+    # The screens a pane opens, listed after it.
+    opened: dict[str, list[tuple[str, type]]] = {
+        "knowledge": [("Paper reader", PaperScreen), ("Fork commit", CommitScreen)],
+        "hypotheses": [("Hypothesis detail (enter on an evidence row opens it)", HypothesisScreen)],
+        "fleet": [
+            ("Start-run dialog", StartRunScreen),
+            ("Focus / avoid note dialog", NoteScreen),
+            ("Log viewer", LogScreen),
+        ],
+        "history": [("Comparison", CompareScreen), ("Re-decide", RedecideScreen)],
+    }
+    sections: HelpSections = [("Everywhere", AutoresearchApp), ("Tables", PagedTable)]
+    for pane in PANES:
+        sections.append((f"{pane.key} {pane.label} ({pane.help})", pane.screen_class()))
+        sections += opened.get(pane.name, [])
+    return sections
 
 
 def make_app(

@@ -6,7 +6,8 @@ Times are shown in UTC so a screen reads the same on every machine (and snapshot
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+
+from kb import textsafe
 
 STATUS_STYLES: dict[str, str] = {
     # experiments
@@ -73,10 +74,7 @@ RICH_STATUS_COLOURS: dict[str, str] = {
 
 def ts(value: float | None, *, seconds: bool = False) -> str:
     """`2026-01-02 00:03` (UTC), or `-`."""
-    if value is None:
-        return "-"
-    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
-    return datetime.fromtimestamp(value, tz=UTC).strftime(fmt)
+    return textsafe.utc_time(value, "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def duration(seconds: float | None) -> str:
@@ -114,14 +112,9 @@ def number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def short_sha(sha: str | None, width: int = 10) -> str:
-    return (sha or "-")[:width]
-
-
 def clip(text: str | None, width: int) -> str:
-    """One line of at most `width` characters, with an ellipsis when cut."""
-    line = " ".join((text or "").split())
-    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+    """One inert line of at most `width` characters, with an ellipsis when cut (kb/textsafe.py)."""
+    return textsafe.clip(text, width)
 
 
 def count(n: int) -> str:

@@ -98,15 +98,6 @@ class HypothesisSteered(Message):
 
 
 @dataclass
-class CommandSent(Message):
-    """A steering command row was written for the runner."""
-
-    command_id: int
-    kind: str
-    target_id: int | None
-
-
-@dataclass
 class FleetRefreshed(Message):
     snapshot: FleetSnapshot
     tail: list[str]
@@ -156,20 +147,6 @@ class RedecideCompleted(Message):
 
 
 @dataclass
-class ProcessStarted(Message):
-    what: str
-    pid: int
-    argv: list[str]
-
-
-@dataclass
 class ProcessFinished(Message):
     what: str
     result: ProcessResult
-
-
-@dataclass
-class EvidenceRequested(Message):
-    """A widget asks to open an evidence id (a search hit, a hypothesis's citation)."""
-
-    evidence_id: int

@@ -4,7 +4,8 @@ textual-serve's Server answers anyone: any web page open in the user's browser c
 WebSocket to ws://127.0.0.1:8000/ws (browsers let pages connect to localhost; WebSockets are not
 held to the same-origin policy) and type into the console (cross-site WebSocket hijacking); or
 a page on a name the attacker controls could re-point that name at 127.0.0.1 and read the console
-as its own origin (DNS rebinding). ConsoleServer adds three checks in one middleware, as Jupyter does:
+as its own origin (DNS rebinding). ConsoleServer adds three checks in one middleware, as Jupyter does
+(the rules are tui/webguard.py's, shared with `autoresearch mcp --http`):
 
 - Host: the name in the request must be one this server answers to: loopback names, the address it
   is bound to, the host of --public-url, or an IP address literal (rebinding needs a DNS name);
@@ -18,37 +19,19 @@ as its own origin (DNS rebinding). ConsoleServer adds three checks in one middle
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 from aiohttp import web
 from textual_serve.server import Server, to_int
 
+from tui.webguard import TOKEN_PARAM, Guard, new_token
+
 log = logging.getLogger("autoresearch.serve")
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
-TOKEN_PARAM = "token"
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _hostname(netloc: str) -> str:
-    """'Example.org:8000' -> 'example.org'; '[::1]:8000' -> '::1'."""
-    return (urlsplit(f"//{netloc}").hostname or "").lower()
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 class ConsoleServer(Server):
@@ -66,16 +49,18 @@ class ConsoleServer(Server):
     ) -> None:
         super().__init__(command, host=host, port=port, title=title, public_url=public_url)
         self.public_given = public_url is not None
-        self.token = token or secrets.token_urlsafe(32)
         self.cookie_name = f"autoresearch-console-{port}"  # cookies ignore ports: one per console
-        public = urlsplit(self.public_url)
-        self.public_origin = f"{public.scheme}://{public.netloc}".lower() if public_url else ""
-        names = set(LOOPBACK_NAMES)
-        if host not in ("0.0.0.0", "::", ""):
-            names.add(host.lower())
-        if public.hostname:
-            names.add(public.hostname.lower())
-        self.host_names = frozenset(names)
+        self.guard_rules = Guard.make(
+            host,
+            token or new_token(),
+            public_url,
+            what="this console",
+            token_hint=f"open the URL printed when the console started (…/?{TOKEN_PARAM}=…)",
+        )
+
+    @property
+    def token(self) -> str:
+        return self.guard_rules.token
 
     @property
     def url(self) -> str:
@@ -85,32 +70,14 @@ class ConsoleServer(Server):
     # --- the checks ---------------------------------------------------------------------------
 
     def refusal(self, request: web.Request) -> str | None:
-        """Why this request is refused, or None. Checked before any route runs."""
-        host = request.headers.get("Host", "")
-        name = _hostname(host)
-        if not name or not (name in self.host_names or _is_ip(name)):
-            return (
-                f"Host {host!r} is not a name this console answers to "
-                f"({', '.join(sorted(self.host_names))}); start it with --public-url naming it"
-            )
-        origin = request.headers.get("Origin")
-        if origin is not None and not self._same_origin(origin, host):
-            return f"Origin {origin!r} is not this console's page"
-        if request.path.startswith("/static/"):
-            return None  # textual-serve's own scripts and styles: nothing secret
-        if not self._has_token(request):
-            return f"no valid token: open the URL printed when the console started (…/?{TOKEN_PARAM}=…)"
-        return None
-
-    def _same_origin(self, origin: str, host: str) -> bool:
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            return False  # "null" (sandboxed frames, file: pages) and the like
-        return parts.netloc.lower() == host.lower() or origin.lower().rstrip("/") == self.public_origin
-
-    def _has_token(self, request: web.Request) -> bool:
-        given = request.query.get(TOKEN_PARAM) or request.cookies.get(self.cookie_name) or ""
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        """Why this request is refused, or None (tui/webguard.py). Checked before any route runs.
+        Static files (textual-serve's own scripts and styles) hold nothing secret: no token."""
+        return self.guard_rules.refusal(
+            request.headers.get("Host", ""),
+            request.headers.get("Origin"),
+            request.query.get(TOKEN_PARAM) or request.cookies.get(self.cookie_name),
+            need_token=not request.path.startswith("/static/"),
+        )
 
     @web.middleware
     async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -1,4 +1,5 @@
-"""Starting `autoresearch` processes from the TUI: runs, hypothesis miners and generators.
+"""Starting `autoresearch` processes from the TUI (and the MCP server's `start_run`): runs,
+hypothesis miners and generators.
 
 The TUI never runs the loop or an LLM itself. It starts the same commands a user would type, each
 in a session of its own (start_new_session=True), so quitting the TUI, a Ctrl-C in its terminal
@@ -50,23 +51,27 @@ class RunRequest:
     waves: int | None = None
     parallel: int | None = None
     budget_minutes: float | None = None
+    budget_usd: float | None = None
     max_experiments: int | None = None
     backend: str | None = None
     skip_self_test: bool = False
     autopilot: bool = False
     """`--autopilot`: research phases between waves."""
     resume: bool = False
+    run: int | None = None
+    """With `resume`: which run (default: the latest interrupted one)."""
 
     def args(self) -> list[str]:
         """The `run` arguments: always `--detach --json`, so the runner outlives the TUI."""
         out = ["run", "--detach", "--json"]
         if self.resume:
-            return [*out, "--resume"]
+            return [*out, "--resume", *(["--run", str(self.run)] if self.run is not None else [])]
         for flag, value in (
             ("--name", self.name),
             ("--waves", self.waves),
             ("--parallel", self.parallel),
             ("--budget-minutes", self.budget_minutes),
+            ("--budget-usd", self.budget_usd),
             ("--max-experiments", self.max_experiments),
             ("--backend", self.backend),
         ):
@@ -91,8 +96,8 @@ class ProcessResult:
     """The JSON object the command printed last (`--json`), if any."""
 
 
-def log_name(root: Path, what: str) -> Path:
-    return root / "logs" / f"tui-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}.log"
+def log_name(root: Path, what: str, face: str = "tui") -> Path:
+    return root / "logs" / f"{face}-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}.log"
 
 
 def wait(

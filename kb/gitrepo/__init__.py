@@ -38,6 +38,7 @@ from kb.gitrepo.patches import patch_names as patch_names
 from kb.gitrepo.patches import show_file as show_file
 from kb.gitrepo.patches import three_way as three_way
 from kb.gitrepo.patches import tree_changes as tree_changes
+from kb.gitrepo.patches import worktree_diff as worktree_diff
 from kb.gitrepo.plumbing import AUTHOR_EMAIL as AUTHOR_EMAIL
 from kb.gitrepo.plumbing import AUTHOR_NAME as AUTHOR_NAME
 from kb.gitrepo.plumbing import branch_head as branch_head
@@ -56,4 +57,5 @@ from kb.gitrepo.plumbing import run as run
 from kb.gitrepo.plumbing import run_unchecked as run_unchecked
 from kb.gitrepo.plumbing import set_branch as set_branch
 from kb.gitrepo.plumbing import worktree_add as worktree_add
+from kb.gitrepo.plumbing import worktree_changes as worktree_changes
 from kb.gitrepo.plumbing import worktree_remove as worktree_remove

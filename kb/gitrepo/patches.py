@@ -340,3 +340,31 @@ def grep_count(
             if path and count.isdigit():
                 found.setdefault(path, {})[term] = int(count)
     return found
+
+
+def worktree_diff(path: Path, base: str) -> str:
+    """The change a work tree makes against the commit `base`, as one unified diff: commits on top
+    of it, staged and unstaged edits and new files (untracked and not ignored) alike, the way a
+    coding agent leaves its checkout. Read through a scratch copy of the work tree's index, so the
+    user's own index is left as it was; "" when nothing differs."""
+    import shutil
+    import tempfile
+
+    from kb.gitrepo.plumbing import open_repo
+
+    repo = open_repo(path)
+    if repo.bare or repo.working_tree_dir is None:
+        raise UserError(f"{path}: a bare repository, not a work tree")
+    if not has_commit(repo, base):
+        raise UserError(
+            f"{path}: has no commit {base[:12]} (the baseline); make the work tree from the target "
+            "(git clone it, or git worktree add)"
+        )
+    index = Path(repo.working_tree_dir) / run(repo, "rev-parse", "--git-path", "index").strip()
+    with tempfile.TemporaryDirectory(prefix="autoresearch-worktree-") as tmp:
+        scratch = Path(tmp) / "index"
+        if index.is_file():
+            shutil.copyfile(index, scratch)  # its stat cache: only changed files are read again
+        env = {"GIT_INDEX_FILE": str(scratch)}
+        run(repo, "add", "--all", "--", ".", env=env)
+        return run(repo, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary", base, "--", env=env)

@@ -224,6 +224,22 @@ def run_unchecked(
     return result.returncode, result.stdout, result.stderr
 
 
+def worktree_changes(repo: git.Repo, work_tree: Path, commit: str) -> list[str]:
+    """Tracked files of `work_tree` whose content differs from `commit`, read through this
+    repository (the workspace's mirror: its git directory, its config, a temporary index). The
+    work tree's own repository is never asked: its hooks (post-index-change), its core.fsmonitor
+    and its filter drivers are commands a `git status` there would run (issue 29)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autoresearch-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), "GIT_OPTIONAL_LOCKS": "0"}
+        run(repo, "read-tree", commit, env=env)
+        tree = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--work-tree", str(work_tree))
+        run_unchecked(repo, *tree, "update-index", "-q", "--refresh", env=env)  # 1: some differ
+        code, out, _ = run_unchecked(repo, *tree, "diff-files", "--name-only", "-z", env=env)
+    return [name for name in out.split("\0") if name] if code == 0 else []
+
+
 def has_commit(repo: git.Repo, sha: str) -> bool:
     code, _, _ = run_unchecked(repo, "cat-file", "-e", f"{sha}^{{commit}}")
     return code == 0

@@ -17,7 +17,6 @@ Evidence rows:
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +24,7 @@ import sqlite_utils
 
 from kb.db import insert, is_cited, now, one, rows, transaction, update
 from kb.inventory.model import Fusion, Gap, Inventory, SingleOp
+from kb.jsoncol import decoded_dict
 
 
 def _fusion_row(f: Fusion, commit: str | None) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def store(
                 continue
             if is_cited(db, eid):
                 meta_row = one(db, "SELECT meta FROM evidence WHERE id = ?", [eid])
-                meta = json.loads(meta_row["meta"]) if meta_row and meta_row["meta"] else {}
+                meta = decoded_dict(meta_row["meta"] if meta_row else None)
                 meta["stale"] = True
                 update(db, "evidence", eid, {"meta": meta})
             else:

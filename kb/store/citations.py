@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from kb.store.paging import one, shaped_one
+from kb.store.paging import one, shaped, shaped_one
 from kb.store.tables import SourceRow
 
 if TYPE_CHECKING:
@@ -57,3 +57,21 @@ def first_passage(db: sqlite_utils.Database, source_id: int) -> int | None:
         [source_id],
     )
     return int(found["id"]) if found else None
+
+
+def fork_known(db: sqlite_utils.Database, name: str) -> bool:
+    """Whether the knowledge base holds a fork of this name."""
+    return one(db, "SELECT id FROM sources WHERE kind = 'fork' AND name = ?", [name]) is not None
+
+
+def fork_commits(db: sqlite_utils.Database, name: str, sha_prefix: str) -> list[CitedEvidence]:
+    """The commit evidence of fork `name` whose sha starts with `sha_prefix` (lower case), at most two
+    (two: the prefix is ambiguous)."""
+    return shaped(
+        db,
+        CitedEvidence,
+        "SELECT e.id, e.kind, e.title, s.title AS source FROM evidence e "
+        "JOIN sources s ON s.id = e.source_id "
+        "WHERE s.kind = 'fork' AND s.name = ? AND e.kind = 'commit' AND e.ref LIKE ? ORDER BY e.id LIMIT 2",
+        [name, sha_prefix + "%"],
+    )

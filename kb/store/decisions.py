@@ -53,6 +53,8 @@ class Decision:
     is_final: int
     origin: str
     created_at: float
+    family: str | None
+    """JSON {experiment id: pairs}: the family a look of the loop judged this one in (None before m011)."""
 
 
 _COLUMNS = ", ".join(f"d.{name}" for name in Decision.__dataclass_fields__)
@@ -77,6 +79,7 @@ class NewDecision(TypedDict, total=False):
     is_final: int
     origin: str
     created_at: Required[float]
+    family: dict[str, int]
 
 
 def record(db: sqlite_utils.Database, decision: NewDecision) -> int:

@@ -4,13 +4,13 @@ hypothesis and winner) is runner.record.history's."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kb.errors import UserError
-from kb.store.paging import loads, one, rows, shaped, shaped_one
+from kb.jsoncol import decoded_dict
+from kb.store.paging import one, rows, shaped, shaped_one
 from kb.store.tables import ExperimentRow
 
 if TYPE_CHECKING:
@@ -33,8 +33,7 @@ def candidate_samples(db: sqlite_utils.Database, run_id: int, *, last: int = 400
     run = one(db, "SELECT policy FROM runs WHERE id = ?", [run_id])
     if run is None:
         raise UserError(f"run {run_id}: no such run")
-    policy = loads(run["policy"]) or {}
-    policy = policy if isinstance(policy, dict) else {}
+    policy = decoded_dict(run["policy"])
     metric = str(policy.get("metric") or "")
     direction = str(policy.get("direction") or "higher")
     exps = rows(
@@ -67,36 +66,6 @@ def candidate_samples(db: sqlite_utils.Database, run_id: int, *, last: int = 400
 
 
 # --- the rows the loop writes ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """One row of experiments, as stored (meta is JSON text)."""
-
-    id: int
-    run_id: int
-    wave_id: int | None
-    patch_id: int | None
-    kind: str
-    title: str
-    status: str
-    phase: str | None
-    reason: str | None
-    worker_id: int | None
-    baseline_commit: str | None
-    candidate_commit: str | None
-    retry_of: int | None
-    log_dir: str | None
-    batches: int
-    cost_usd: float
-    meta: str | None
-    created_at: float
-    started_at: float | None
-    ended_at: float | None
-    hypothesis_id: int | None
-
-
-_COLUMNS = ", ".join(Experiment.__dataclass_fields__)
 
 
 class NewExperiment(TypedDict, total=False):
@@ -168,7 +137,7 @@ def merge_meta(db: sqlite_utils.Database, experiment_id: int, values: dict[str, 
     found = one(db, "SELECT meta FROM experiments WHERE id = ?", [experiment_id])
     if found is None:
         raise UserError(f"experiment {experiment_id}: no such experiment")
-    meta = json.loads(found["meta"] or "{}")
+    meta = decoded_dict(found["meta"])
     for key, value in values.items():
         if isinstance(value, dict) and isinstance(meta.get(key), dict):
             meta[key] = {**meta[key], **value}
@@ -182,10 +151,9 @@ def row(db: sqlite_utils.Database, experiment_id: int) -> ExperimentRow | None:
     return shaped_one(db, ExperimentRow, "SELECT * FROM experiments WHERE id = ?", [experiment_id])
 
 
-def of_run(db: sqlite_utils.Database, run_id: int) -> list[Experiment]:
+def of_run(db: sqlite_utils.Database, run_id: int) -> list[ExperimentRow]:
     """The run's experiments in id order."""
-    found = rows(db, f"SELECT {_COLUMNS} FROM experiments WHERE run_id = ? ORDER BY id", [run_id])
-    return [Experiment(**r) for r in found]
+    return shaped(db, ExperimentRow, "SELECT * FROM experiments WHERE run_id = ? ORDER BY id", [run_id])
 
 
 def ids_of_run(db: sqlite_utils.Database, run_id: int, statuses: Sequence[str]) -> list[int]:

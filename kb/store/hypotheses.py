@@ -4,14 +4,14 @@ them. The queue's order is kb.store.queue's."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Required, TypedDict
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_list
 from kb.store.knowledge import EvidenceLink
-from kb.store.paging import loads, one, rows, shaped, shaped_one
+from kb.store.paging import one, rows, shaped, shaped_one
 from kb.store.tables import HypothesisRow, PatchRow
 
 if TYPE_CHECKING:
@@ -49,11 +49,11 @@ class TriedIn:
 def _patch_info(p: PatchRow | None) -> PatchInfo | None:
     if p is None:
         return None
-    files = loads(p["files"])
+    files = decoded_list(p["files"])
     return PatchInfo(
         p["id"],
         p["diff"],
-        [str(f) for f in files] if isinstance(files, list) else [],
+        [str(f) for f in files],
         p["author_kind"],
         p["author"],
         p["apply_status"],
@@ -153,7 +153,7 @@ def by_priority(db: sqlite_utils.Database) -> list[QueueEntry]:
             priority=r["priority"],
             origin=r["origin"],
             patch_id=r["patch_id"],
-            files=json.loads(r["files"]) if r["files"] else [],
+            files=decoded_list(r["files"]),
             # group_concat joined them with the record separator (refs may hold commas)
             sources=r["sources"].split("\x1e") if r["sources"] else [],
             experiment_id=r["experiment_id"],
@@ -249,7 +249,7 @@ def patches(db: sqlite_utils.Database, hypothesis_id: int) -> list[PatchRecord]:
         "FROM patches WHERE hypothesis_id = ? ORDER BY id",
         [hypothesis_id],
     )
-    return [PatchRecord(**{**r, "files": json.loads(r["files"])}) for r in found]
+    return [PatchRecord(**{**r, "files": decoded_list(r["files"])}) for r in found]
 
 
 def family(db: sqlite_utils.Database, family_id: int) -> list[FamilyMember]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
-from kb.store.paging import PAGE_SIZE, Page, clamp_offset, count, like, loads, one, rows
+from kb.jsoncol import decoded_dict, decoded_list
+from kb.store.paging import PAGE_SIZE, Page, clamp_offset, count, like, one, rows
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -197,7 +198,7 @@ def commits(
     )
     out = []
     for r in found:
-        files = loads(r["files"])
+        files = decoded_list(r["files"])
         out.append(
             CommitRow(
                 evidence_id=r["id"],
@@ -206,7 +207,7 @@ def commits(
                 subject=r["subject"],
                 author=r["author"],
                 authored_at=r["authored_at"],
-                files=len(files) if isinstance(files, list) else 0,
+                files=len(files),
                 insertions=r["insertions"],
                 deletions=r["deletions"],
                 upstreamed=bool(r["upstreamed"]),
@@ -225,7 +226,7 @@ def commit(db: sqlite_utils.Database, evidence_id: int) -> CommitDetail:
     )
     if r is None:
         raise UserError(f"evidence {evidence_id}: not a fork commit")
-    files = loads(r["files"])
+    files = decoded_list(r["files"])
     return CommitDetail(
         evidence_id=evidence_id,
         fork=r["fork"],
@@ -235,7 +236,7 @@ def commit(db: sqlite_utils.Database, evidence_id: int) -> CommitDetail:
         message=r["message"] or r["subject"],
         author=r["author"],
         authored_at=r["authored_at"],
-        files=[str(f) for f in files] if isinstance(files, list) else [],
+        files=[str(f) for f in files],
         insertions=r["insertions"],
         deletions=r["deletions"],
         diff=r["diff"] or "",
@@ -296,8 +297,7 @@ def fusion_matrix(db: sqlite_utils.Database) -> FusionMatrix:
     gaps: dict[str, dict[str, FusionCell]] = {}
     gap_ids: dict[str, list[int]] = {}
     for r in rows(db, "SELECT id, ref, title, section, meta FROM evidence WHERE kind = 'gap' ORDER BY id"):
-        meta = loads(r["meta"]) if r["meta"] else {}
-        meta = meta if isinstance(meta, dict) else {}
+        meta = decoded_dict(r["meta"])
         ops = r["title"] or str(r["ref"]).split(":", 1)[-1]
         missing = meta.get("missing") or ([r["section"]] if r["section"] else [])
         gap_ids.setdefault(ops, []).append(r["id"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -49,16 +48,6 @@ def count(db: sqlite_utils.Database, sql: str, params: Sequence[Any] = ()) -> in
 def version(db: sqlite_utils.Database) -> int:
     """PRAGMA data_version: moves when another connection commits (kb.db.data_version)."""
     return int(db.execute("PRAGMA data_version").fetchone()[0])
-
-
-def loads(text: Any) -> Any:
-    """A JSON column's value; text that is not JSON comes back as it is."""
-    if not isinstance(text, str) or not text:
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def like(text: str) -> str:

@@ -21,13 +21,13 @@ patch) are computed, so paging through 10,000 hypotheses costs one ordered scan 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from kb.errors import UserError
+from kb.jsoncol import decoded
 from kb.store.paging import shaped
 from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
 
@@ -270,12 +270,7 @@ class QueueDetail(TypedDict):
 
 
 def _row(r: QueueDetail) -> QueueRow:
-    why: Any = None
-    if r["rank_why"]:
-        try:
-            why = json.loads(r["rank_why"])
-        except ValueError:
-            why = None
+    why: Any = decoded(r["rank_why"])
     return QueueRow(
         id=r["id"],
         title=r["title"],

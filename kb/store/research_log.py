@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from kb.store.paging import loads, one, shaped
+from kb.jsoncol import decoded
+from kb.store.paging import one, shaped
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -73,7 +74,7 @@ def research_log(db: sqlite_utils.Database, run_id: int, *, limit: int = 50) -> 
     started: dict[int, float] = {}
     phases: dict[int, ResearchPhase] = {}
     for r in found:
-        data = loads(r["data"])
+        data = decoded(r["data"])
         if not isinstance(data, dict):
             continue
         number = _int(data, "phase")
@@ -104,7 +105,7 @@ def research_log(db: sqlite_utils.Database, run_id: int, *, limit: int = 50) -> 
 def run_steering(db: sqlite_utils.Database, run_id: int) -> RunSteering:
     """The focus and avoid notes and the approval switch a run holds now."""
     r = one(db, "SELECT steering FROM runs WHERE id = ?", [run_id])
-    data = loads(r["steering"]) if r else {}
+    data = decoded(r["steering"]) if r else {}
     if not isinstance(data, dict):
         return RunSteering()
 

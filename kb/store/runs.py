@@ -3,14 +3,14 @@ read them."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 from kb.store.decisions import latest_decision_id
-from kb.store.paging import loads, one, rows, shaped
+from kb.store.paging import one, rows, shaped
 from kb.store.tables import WorkerRow
 from kb.vocabulary import RUN_LIVE, STALE_HEARTBEAT, STOP_MEANINGS
 
@@ -133,9 +133,7 @@ def run_status(db: sqlite_utils.Database, run_id: int) -> RunStatus | None:
     )
     if r is None:
         return None
-    options = loads(r.get("options"))
-    if not isinstance(options, dict):
-        options = {}
+    options = decoded_dict(r.get("options"))
     return RunStatus(
         id=r["id"],
         name=r["name"],
@@ -180,7 +178,7 @@ class WorkerAtWork(WorkerRow):
 
 def _worker_phase(row: WorkerRow) -> str | None:
     try:
-        meta = json.loads(row["meta"]) if row["meta"] else {}
+        meta = decoded_dict(row["meta"])
     except ValueError:
         return None
     if not isinstance(meta, dict):

@@ -190,6 +190,7 @@ class DecisionRow(TypedDict):
     is_final: int
     created_at: float
     origin: str
+    family: str | None
 
 
 class EventRow(TypedDict):

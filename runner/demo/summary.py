@@ -7,7 +7,6 @@ ran, and the baseline's bottleneck before and after the winners.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -16,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 from kb.store import demo_reads
+from runner.research.miners import added_ids, label_of_origin
 from runner.stats import interval, pct
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def collect_outcomes(
             continue
         found = demo_reads.experiment_origin(db, exp["id"], exp["patch_id"])
         hid = found["hypothesis_id"]
-        meta = json.loads(found["meta"] or "{}")
+        meta = decoded_dict(found["meta"])
         ci = tuple(exp["ci"]) if exp["ci"] else None
         outcome = Outcome(
             experiment_id=exp["id"],
@@ -174,7 +175,6 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
     `after_waves` (the waves started before it: 0 is before the first wave), `found` (the hypotheses
     its miners added, from the `hypotheses.mine` events logged during the phase, then those the
     model proposed in it) and `patches` (those the model wrote in it: id, hypothesis, repair_of)."""
-    from runner.record.history import parse_json
 
     if run_id is None:
         return []
@@ -183,14 +183,14 @@ def research_phases(db: sqlite_utils.Database, run_id: int | None) -> list[dict[
     waves, started = 0, False
     mined_ids: list[int] = []
     for ev in events:
-        data = parse_json(ev["data"]) or {}
+        data = decoded_dict(ev["data"])
         if ev["kind"] == "wave_started":
             waves += 1
         elif ev["kind"] == "research_started":
             started = True
             mined_ids = []
         elif ev["kind"] == "hypotheses.mine" and started:
-            mined_ids += [*data.get("gap_added", []), *data.get("fork_added", [])]
+            mined_ids += added_ids(data)
         elif ev["kind"] == "research_done":
             calls = [int(c) for c in data.get("call_ids") or []]
             found = [h for hid in dict.fromkeys(mined_ids) if (h := demo_reads.hypothesis_brief(db, hid))]
@@ -251,7 +251,8 @@ def _source_lines(outcome: Outcome) -> list[str]:
     return [*detailed, *bare] or ["no recorded source"]
 
 
-_ORIGINS = {"miner:fork": "fork commit", "miner:gap": "backend gap", "llm": "model idea"}
+_ORIGINS = {"llm": "model idea"}
+"""Origins that are not a miner's (a miner's reads as its label: runner.research.miners)."""
 
 
 def research_lines(result: DemoResult) -> list[str]:
@@ -267,7 +268,9 @@ def research_lines(result: DemoResult) -> list[str]:
         report = ResearchReport(**{k: v for k, v in ph.items() if k in counts})
         out.append(f"  phase {ph.get('phase')}, {when}: {report.line()}")
         for hyp in ph.get("found") or []:
-            origin = _ORIGINS.get(str(hyp["origin"]), str(hyp["origin"]))
+            origin = label_of_origin(str(hyp["origin"])) or _ORIGINS.get(
+                str(hyp["origin"]), str(hyp["origin"])
+            )
             out.append(f"      {origin:<12} {hyp['title']}")
         for patch in ph.get("patches") or []:
             what = "repair" if patch.get("repair_of") else "port" if patch.get("from_experiment") else "patch"

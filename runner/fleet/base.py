@@ -51,6 +51,7 @@ from typing import Any, ClassVar, Literal
 import sqlite_utils
 
 from kb.db import now
+from kb.jsoncol import decoded_dict
 from kb.store import workers as store
 from kb.store.tables import WorkerRow
 from kb.workspace import Workspace
@@ -204,12 +205,7 @@ class Fleet(ABC):
 
 
 def _meta(raw: str | None) -> dict[str, Any]:
-    import json
-
-    if not raw:
-        return {}
-    value = json.loads(raw)
-    return value if isinstance(value, dict) else {}
+    return decoded_dict(raw)
 
 
 def _worker(row: WorkerRow) -> Worker:

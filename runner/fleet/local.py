@@ -18,13 +18,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import sqlite_utils
 
 from kb.workspace import Workspace
 from runner.fleet.base import Fleet, JobRef, JobSpec, JobStatus, Worker
+from runner.harness.template import RenderedTask
 
 WRAPPER = """#!/usr/bin/env bash
 # Written by the autoresearch local fleet. $1: job dir, $2: workdir. Runs the rendered task's setup
@@ -40,6 +41,51 @@ if [ "$rc" -eq 0 ]; then bash "$1/run.sh" || rc=$?; fi
 echo "$rc" > "$1/exit_code.tmp" && mv -f "$1/exit_code.tmp" "$1/exit_code"
 exit "$rc"
 """
+
+
+def start_job(
+    task: RenderedTask,
+    job_dir: Path,
+    log_path: Path,
+    *,
+    setup: bool,
+    task_id: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """One rendered task started as a job on this machine, the one way the local fleet and
+    `validate` start a job: the wrapper, setup.sh (only when `setup` and the task has one), run.sh
+    and task.yaml in `job_dir`, a session of its own, its output appended to `log_path`, and the
+    environment a one-node SkyPilot job sees."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("pid", "exit_code", "setup_failed", "setup.sh"):
+        (job_dir / stale).unlink(missing_ok=True)
+    wrapper = job_dir / "job.sh"
+    wrapper.write_text(WRAPPER, encoding="utf-8")
+    (job_dir / "run.sh").write_text(task.run, encoding="utf-8")
+    (job_dir / "task.yaml").write_text(task.to_yaml(), encoding="utf-8")
+    if setup and task.setup.strip():
+        (job_dir / "setup.sh").write_text(task.setup, encoding="utf-8")
+    environment = {
+        **os.environ,
+        **task.envs,
+        # What a one-node SkyPilot job sees, so scripts can rely on it on both backends.
+        "SKYPILOT_NODE_RANK": "0",
+        "SKYPILOT_NUM_NODES": "1",
+        "SKYPILOT_TASK_ID": task_id,
+        **(env or {}),
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            ["bash", str(wrapper), str(job_dir), str(task.workdir)],
+            cwd=job_dir,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 class LocalFleet(Fleet):
@@ -84,40 +130,15 @@ class LocalFleet(Fleet):
     # -- jobs ----------------------------------------------------------------------------------
 
     def submit(self, worker: Worker, spec: JobSpec) -> str:
-        task = spec.task
-        spec.job_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("pid", "exit_code", "setup_failed", "setup.sh"):
-            (spec.job_dir / stale).unlink(missing_ok=True)
-        wrapper = spec.job_dir / "job.sh"
-        wrapper.write_text(WRAPPER, encoding="utf-8")
-        (spec.job_dir / "run.sh").write_text(task.run, encoding="utf-8")
-        (spec.job_dir / "task.yaml").write_text(task.to_yaml(), encoding="utf-8")
-        meta = self._worker_meta(worker.id)
-        if task.setup.strip() and not meta.get("setup_done"):
-            (spec.job_dir / "setup.sh").write_text(task.setup, encoding="utf-8")
-        env = {
-            **os.environ,
-            **task.envs,
-            # What a one-node SkyPilot job sees, so scripts can rely on it on both backends.
-            "SKYPILOT_NODE_RANK": "0",
-            "SKYPILOT_NUM_NODES": "1",
-            "SKYPILOT_TASK_ID": f"autoresearch-local-{spec.job_id}",
-        }
         lock = self.machine_lock()
-        if lock is not None:
-            env["AR_MACHINE_LOCK"] = str(lock)
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(spec.log_path, "ab") as log:
-            child = subprocess.Popen(
-                ["bash", str(wrapper), str(spec.job_dir), str(task.workdir)],
-                cwd=spec.job_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        child = start_job(
+            spec.task,
+            spec.job_dir,
+            spec.log_path,
+            setup=not self._worker_meta(worker.id).get("setup_done"),
+            task_id=f"autoresearch-local-{spec.job_id}",
+            env={"AR_MACHINE_LOCK": str(lock)} if lock is not None else None,
+        )
         self._children[child.pid] = child
         self._set_worker(worker.id, status="busy")
         return str(child.pid)

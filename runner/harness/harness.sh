@@ -49,13 +49,19 @@ ar_tree() { if [ "$1" = A ]; then echo "$PWD/$A_DIR"; else echo "$PWD/$B_DIR"; f
 # protocol.MAX_LINE_BYTES), and past AUTORESEARCH_STEP_OUTPUT_MAX bytes (64 MiB) the rest is read
 # and dropped, so a step that floods its output fills neither the log's disk nor the runner.
 AR_OUTPUT_MAX=${AUTORESEARCH_STEP_OUTPUT_MAX:-67108864}
+# A step's output reaches the log line by line as it is printed (the console follows a build
+# live): fold would write into its pipe in 4 KiB blocks, so it runs line-buffered where stdbuf is,
+# and mawk reads its input in blocks unless interactive.
 if command -v fold > /dev/null; then AR_FOLD=(fold -b -w 65536); else AR_FOLD=(cat); fi
+if [ "${AR_FOLD[0]}" = fold ] && command -v stdbuf > /dev/null; then AR_FOLD=(stdbuf -oL "${AR_FOLD[@]}"); fi
+AR_AWK=(awk)
+awk -W version 2> /dev/null | grep -q mawk && AR_AWK=(awk -W interactive)
 # Under the uid method, the most processes (and threads) the steps' user may have at once: a fork
 # bomb in a build stops there, before the machine runs out of process ids or memory.
 AR_NPROC=${AUTORESEARCH_STEP_NPROC:-4096}
 [[ $AR_NPROC =~ ^[1-9][0-9]*$ ]] || AR_NPROC=4096
 ar_escape() {
-  "${AR_FOLD[@]}" | LC_ALL=C awk -v max="$AR_OUTPUT_MAX" '{
+  "${AR_FOLD[@]}" | LC_ALL=C "${AR_AWK[@]}" -v max="$AR_OUTPUT_MAX" '{
     n += length($0) + 1
     if (n > max) {
       if (!cut) { print "autoresearch: the step printed more than " max " bytes; the rest is not logged"; cut = 1; fflush() }
@@ -187,6 +193,7 @@ ar_try() { # ar_try METHOD: plans for both sides and a trial step; 0 when it wor
     [ "$(id -u)" = 0 ] || { AR_WHY="uid: the harness is not root"; return 1; }
     AR_UID=$(id -u "$user" 2> /dev/null) && AR_GID=$(id -g "$user" 2> /dev/null) \
       || { AR_WHY="uid: no user $user"; return 1; }
+    [ "$AR_UID" != 0 ] || { AR_WHY="uid: $user is root (sandbox.user must be unprivileged)"; return 1; }
   fi
   for side in A B; do
     ar_plan "$side" "$method" > "$AR_STATE/plan-$side" \

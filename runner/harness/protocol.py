@@ -71,7 +71,6 @@ MAX_PROFILE = 1000
 """PROFILE lines one invocation records; more are counted only."""
 MAX_FORGED = 1000
 """Forged lines `LogState.forged` lists until its caller clears it; more are not listed."""
-TIMEOUT_CODES = (124, 137)
 
 
 @dataclass(frozen=True)
@@ -492,8 +491,3 @@ def _time(text: str) -> float | None:
         return float(text.replace(",", "."))  # EPOCHREALTIME follows LC_NUMERIC
     except ValueError:
         return None
-
-
-def crash_reason(rc: int, default: str) -> str:
-    """The DESIGN.md reason for a step that exited with `rc`."""
-    return "timeout" if rc in TIMEOUT_CODES else default

@@ -3,7 +3,6 @@ loop asks of research (`Research`), which runner.autopilot implements."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -11,6 +10,7 @@ from typing import Any, Protocol
 
 import sqlite_utils
 
+from kb.jsoncol import decoded_dict
 from kb.store.run_records import StackedWinner
 from kb.vocabulary import EXPERIMENT_FINAL, EXPERIMENT_LIVE
 from kb.workspace import Workspace
@@ -66,7 +66,7 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, raw: str | None) -> RunOptions:
-        data = json.loads(raw) if raw else {}
+        data = decoded_dict(raw)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -161,6 +161,20 @@ def policy_of(ws: Workspace) -> stats.Policy:
     )
 
 
+def rules_of(ws: Workspace) -> stats.Rules:
+    """What the workspace's experiments are judged by: the policy, the guard metrics (they move the
+    same way as the primary one: pp and tg are both throughputs) and the wall-clock switch."""
+    metric = ws.settings.metric
+    guards = tuple(stats.Guard(g.metric, g.max_regression, metric.direction) for g in metric.guards)
+    return stats.Rules(policy_of(ws), guards, metric.wall_clock_guard)
+
+
+def stored_policy(rules: stats.Rules, metric: str) -> dict[str, Any]:
+    """The policy a run and each of its decisions record: the Policy's fields, the primary metric,
+    the guards and the wall-clock switch, everything `redecide` needs to replay a decision."""
+    return {**asdict(rules.policy), "metric": metric, **rules.to_json()}
+
+
 def first_given(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
@@ -173,10 +187,6 @@ def job_walls(active: ActiveJob) -> dict[str, dict[str, float]]:
         if inv.rc == 0 and inv.seconds is not None:
             found.setdefault(str(inv.pair), {})[inv.side] = round(inv.seconds, 6)
     return found
-
-
-def unzip(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def finite(x: float | None) -> float | None:

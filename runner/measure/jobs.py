@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import asdict
 from typing import Any
 
 from kb.db import now, transaction
+from kb.jsoncol import decoded_dict
 from kb.store import events, experiments, jobs, samples
 from kb.store.tables import ExperimentRow
+from kb.textsafe import quoted
 from runner.fleet import JobRef, JobSpec, JobStatus, Worker
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.joblog import read_new, write_step_logs
@@ -27,49 +28,60 @@ from runner.measure.common import (
     RunFailed,
     job_walls,
 )
-from runner.measure.outcome import Outcomes
+from runner.measure.context import RunContext
+from runner.measure.decide import Decider
+from runner.measure.lifecycle import Lifecycle
+from runner.measure.live import LiveJobs
+from runner.measure.outcome import classify, no_metric, unsandboxed
 
 MAX_JOB_WARNINGS = 50
 """Warning events of one kind a job's log may add (forged markers, rejected METRIC lines); then one more."""
 
 
-class Jobs(Outcomes):
-    """Batch jobs."""
+class JobRunner:
+    """Batch jobs of the run's experiments: the next batch, its submission, its log read and stored
+    as it grows, and its end turned into the experiment's outcome or next look."""
 
-    def _complete_pairs(self, exp_id: int) -> int:
-        return len(self._pairs(exp_id, self.metric))
+    def __init__(self, ctx: RunContext, live: LiveJobs, lifecycle: Lifecycle, decider: Decider) -> None:
+        self.ctx = ctx
+        self.live = live
+        self.lifecycle = lifecycle
+        self.decider = decider
 
     def _next_batch(self, exp: ExperimentRow) -> tuple[int, int, int, bool]:
         """(batch number, first pair, pairs, run checks) for the experiment's next job."""
-        done = jobs.of_experiment(self.db, exp["id"])
+        done = jobs.of_experiment(self.ctx.db, exp["id"])
         batch = (done[-1].batch + 1) if done else 0
         pair_start = max((j.pair_start + j.pairs for j in done), default=0)
         checks_done = any(j.run_checks and j.status == "succeeded" for j in done)
-        have = self._complete_pairs(exp["id"])
+        have = self.decider.complete_pairs(exp["id"])
         if exp["kind"] == "self_test":
-            target = self.settings.policy.self_test_pairs
+            target = self.ctx.settings.policy.self_test_pairs
         else:
             # Batches end exactly on the policy's planned looks (the alpha spending assumes it).
-            target = next((n for n in self.policy.looks() if n > have), self.policy.max_pairs)
+            target = next(
+                (n for n in self.ctx.state.policy.looks() if n > have), self.ctx.state.policy.max_pairs
+            )
         # Checks run once per experiment, in its first batch (on the baseline for the self-test,
         # on the stacked winners at the end).
         return batch, pair_start, max(target - have, 1), not checks_done
 
-    def _submit(self, exp: ExperimentRow, worker: Worker) -> None:
-        assert self.fleet is not None
+    def submit(self, exp: ExperimentRow, worker: Worker) -> None:
         batch, pair_start, pairs, run_checks = self._next_batch(exp)
-        timeouts = Timeouts.of(self.settings, asdict(self.options))
+        timeouts = Timeouts.of(self.ctx.settings, asdict(self.ctx.state.options))
         nonce = secrets.token_hex(8)
-        log_dir = self.log_dir(exp["id"])
+        log_dir = self.ctx.log_dir(exp["id"])
         log_path = log_dir / f"batch-{batch}.log"
         job_dir = log_dir / "jobs" / f"batch-{batch}"
         # Workers taking turns on one machine wait for each other's pairs: the deadline allows it.
-        deadline = now() + timeouts.job_seconds(pairs, run_checks) * self.fleet.sharing() + JOB_MARGIN_SECONDS
-        with transaction(self.db):
+        deadline = (
+            now() + timeouts.job_seconds(pairs, run_checks) * self.live.fleet.sharing() + JOB_MARGIN_SECONDS
+        )
+        with transaction(self.ctx.db):
             job_id = jobs.create(
-                self.db,
+                self.ctx.db,
                 {
-                    "run_id": self.run_id,
+                    "run_id": self.ctx.run_id,
                     "experiment_id": exp["id"],
                     "worker_id": worker.id,
                     "batch": batch,
@@ -77,7 +89,7 @@ class Jobs(Outcomes):
                     "pairs": pairs,
                     "run_checks": int(run_checks),
                     "nonce": nonce,
-                    "backend": self.backend,
+                    "backend": self.ctx.state.backend,
                     "status": "submitting",
                     "log_path": str(log_path),
                     "job_dir": str(job_dir),
@@ -85,15 +97,15 @@ class Jobs(Outcomes):
                     "submitted_at": now(),
                 },
             )
-            experiments.update(self.db, exp["id"], {"batches": batch + 1, "phase": "setup"})
+            experiments.update(self.ctx.db, exp["id"], {"batches": batch + 1, "phase": "setup"})
         task = render(
-            self.template,
-            name=f"ar-{self.name}-e{exp['id']}-b{batch}".replace("_", "-").lower()[:60],
-            workdir=self.exp_dir(exp["id"]),
+            self.ctx.template,
+            name=f"ar-{self.ctx.state.name}-e{exp['id']}-b{batch}".replace("_", "-").lower()[:60],
+            workdir=self.ctx.exp_dir(exp["id"]),
             envs=batch_envs(
-                self.ws,
-                self.settings,
-                self.scripts,
+                self.ctx.ws,
+                self.ctx.settings,
+                self.ctx.scripts,
                 timeouts,
                 experiment_id=exp["id"],
                 title=exp["title"],
@@ -106,19 +118,19 @@ class Jobs(Outcomes):
             resources_override=self._resources(),
         )
         spec = JobSpec(job_id, exp["id"], batch, task, log_path, job_dir)
-        backend_id = self.fleet.submit(worker, spec)
-        with transaction(self.db):
-            jobs.update(self.db, job_id, {"backend_job_id": backend_id, "status": "running"})
+        backend_id = self.live.fleet.submit(worker, spec)
+        with transaction(self.ctx.db):
+            jobs.update(self.ctx.db, job_id, {"backend_job_id": backend_id, "status": "running"})
         ref = JobRef(job_id, worker.id, backend_id, log_path, job_dir)
         parser = LogParser(nonce, range(pair_start, pair_start + pairs))
-        self.active[job_id] = ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline)
-        self._say(
-            f"  exp {exp['id']} {exp['title']!r}: batch {batch}, "
+        self.live.add(ActiveJob(ref, exp["id"], batch, nonce, parser, 0, deadline))
+        self.ctx.say(
+            f"  exp {exp['id']} {quoted(exp['title'])}: batch {batch}, "
             f"pairs {pair_start}..{pair_start + pairs - 1} on {worker.name}"
         )
 
     def _resources(self) -> dict[str, Any]:
-        sky = self.settings.fleet.skypilot
+        sky = self.ctx.settings.fleet.skypilot
         return {"infra": sky.infra, "cpus": sky.cpus, "memory": sky.memory, "accelerators": sky.accelerators}
 
     def _read_log(self, active: ActiveJob) -> list[Invocation]:
@@ -126,23 +138,22 @@ class Jobs(Outcomes):
         found, active.offset = read_new(active.parser, active.ref.log_path, active.offset)
         return found
 
-    def _poll(self, active: ActiveJob, family: int | None) -> bool:
-        assert self.fleet is not None
-        status = self.fleet.poll(active.ref)
+    def poll(self, active: ActiveJob, family: int | None) -> bool:
+        status = self.live.fleet.poll(active.ref)
         found = self._read_log(active)
         if status.terminal:
             found += active.parser.finish()
         self._store(active, found)
-        exp = self._exp(active.experiment_id)
+        exp = self.ctx.exp(active.experiment_id)
         phase = active.parser.state.phase
         if phase and exp["status"] == "running" and phase != exp["phase"]:
-            experiments.set_phase(self.db, exp["id"], phase)
+            experiments.set_phase(self.ctx.db, exp["id"], phase)
         if not status.terminal:
             why = self._why_stop(active, exp, found)
             if why is None:
                 return bool(found)
-            self._stop_job(active, why)
-            status = self.fleet.poll(active.ref)
+            self.live.stop(active, why)
+            status = self.live.fleet.poll(active.ref)
             self._store(active, self._read_log(active) + active.parser.finish())
         self._job_ended(active, status, family)
         return True
@@ -152,14 +163,14 @@ class Jobs(Outcomes):
         if exp["status"] in FINAL:
             return "cancel"
         if active.deadline is not None and now() > active.deadline:
-            self._event(
+            self.ctx.event(
                 "job_timeout",
                 f"experiment {exp['id']}: batch {active.batch} ran past its deadline; its session was killed",
                 level="warning",
                 exp_id=exp["id"],
             )
             return "timeout"
-        if self._no_metric(found):
+        if no_metric(found, self.ctx.state.metric):
             return "no_metric"
         if active.parser.state.violation or active.parser.state.tampered:
             return "forged"
@@ -174,12 +185,12 @@ class Jobs(Outcomes):
         if not found and not state.forged and state.lines <= active.parsed_lines:
             return
         exp_id = active.experiment_id
-        with transaction(self.db):
+        with transaction(self.ctx.db):
             stamp = now()
             for inv in found:
                 for s in inv.samples:
                     added = samples.insert_new(
-                        self.db,
+                        self.ctx.db,
                         {
                             "experiment_id": exp_id,
                             "pair": s.pair,
@@ -191,7 +202,7 @@ class Jobs(Outcomes):
                         },
                     )
                     if not added:  # parsed before (a restart): it must be the very same sample
-                        kept = samples.stored_value(self.db, exp_id, s.pair, s.side, s.metric, s.seq)
+                        kept = samples.stored_value(self.ctx.db, exp_id, s.pair, s.side, s.metric, s.seq)
                         if kept is not None and kept != s.value:
                             state.violation = state.violation or (
                                 f"log line {s.line}: pair {s.pair} {s.side} {s.metric} #{s.seq} = "
@@ -232,7 +243,7 @@ class Jobs(Outcomes):
             state.forged.clear()
             if state.lines > active.parsed_lines:
                 active.parsed_lines = state.lines
-                jobs.update(self.db, active.ref.job_id, {"parsed_lines": state.lines})
+                jobs.update(self.ctx.db, active.ref.job_id, {"parsed_lines": state.lines})
 
     def _warn_once(self, kind: str, active: ActiveJob, line: int, message: str, data: dict[str, Any]) -> None:
         """One warning event per job, kind and log line (a log parsed again adds none); past
@@ -249,8 +260,8 @@ class Jobs(Outcomes):
                 f"from log line {line} on are not listed one by one",
                 {"kind": kind},
             )
-        if not events.job_line_logged(self.db, kind, active.experiment_id, active.ref.job_id, line):
-            self._event(
+        if not events.job_line_logged(self.ctx.db, kind, active.experiment_id, active.ref.job_id, line):
+            self.ctx.event(
                 kind,
                 message,
                 level="warning",
@@ -259,8 +270,8 @@ class Jobs(Outcomes):
             )
 
     def _job_ended(self, active: ActiveJob, status: JobStatus, family: int | None) -> None:
-        self.active.pop(active.ref.job_id, None)
-        exp = self._exp(active.experiment_id)
+        self.live.drop(active.ref.job_id)
+        exp = self.ctx.exp(active.experiment_id)
         self._write_step_logs(active)
         seconds = self._step_seconds(active)
         job_status = status.state
@@ -273,15 +284,21 @@ class Jobs(Outcomes):
             "ended_at": now(),
         }
         if exp["status"] in FINAL:  # cancelled while the job ran
-            with transaction(self.db):
-                jobs.update(self.db, active.ref.job_id, values)
+            with transaction(self.ctx.db):
+                jobs.update(self.ctx.db, active.ref.job_id, values)
             return
-        outcome = self._outcome(active, status)
+        outcome = classify(
+            active.parser.state,
+            status,
+            stopped=active.stopped,
+            metric=self.ctx.state.metric,
+            sandbox_mode=self.ctx.settings.sandbox.mode,
+        )
         if outcome is None:  # the job vanished: run the batch again on the same worker
-            lost = jobs.count(self.db, exp["id"], "lost")
-            with transaction(self.db):
-                jobs.update(self.db, active.ref.job_id, {**values, "status": "lost"})
-                self._event(
+            lost = jobs.count(self.ctx.db, exp["id"], "lost")
+            with transaction(self.ctx.db):
+                jobs.update(self.ctx.db, active.ref.job_id, {**values, "status": "lost"})
+                self.ctx.event(
                     "job_lost",
                     f"experiment {exp['id']}: batch {active.batch} vanished "
                     f"({status.detail}); its finished pairs are kept",
@@ -289,18 +306,18 @@ class Jobs(Outcomes):
                     exp_id=exp["id"],
                 )
             if lost + 1 >= MAX_LOST_JOBS:
-                self._lose(exp, f"{MAX_LOST_JOBS} batches vanished")
+                self.lifecycle.lose(exp, f"{MAX_LOST_JOBS} batches vanished")
             elif any(active.parser.state.builds.get(side) != 0 for side in ("A", "B")):
                 # It died while building: a half-written build output must not be trusted, so
                 # the next batch starts from fresh trees.
-                remove_workdir(self.repo, self.exp_dir(exp["id"]))
+                remove_workdir(self.ctx.repo, self.ctx.exp_dir(exp["id"]))
             return
         # The job's end and what follows from it (a final status, or the decision after this
         # batch) are one transaction: a runner killed here either redoes both or neither.
-        with transaction(self.db):
-            jobs.update(self.db, active.ref.job_id, values)
+        with transaction(self.ctx.db):
+            jobs.update(self.ctx.db, active.ref.job_id, values)
             links = self._log_links(active)
-            self._merge_meta(
+            self.ctx.merge_meta(
                 exp["id"],
                 {
                     "seconds": seconds,
@@ -312,18 +329,18 @@ class Jobs(Outcomes):
             if outcome.status is not None:
                 if active.parser.state.violation:
                     # Forged markers: none of its samples can be trusted (the job log keeps them all).
-                    samples.delete_of_experiment(self.db, exp["id"])
-                self._finish_experiment(
+                    samples.delete_of_experiment(self.ctx.db, exp["id"])
+                self.lifecycle.finish(
                     exp["id"], outcome.status, outcome.reason, detail=outcome.detail, cleanup=False
                 )
                 final = True
             elif exp["kind"] == "self_test":
-                final = self._decide_self_test(exp["id"])
+                final = self.decider.decide_self_test(exp["id"])
             else:
-                final = self._decide(exp["id"], family)
+                final = self.decider.decide(exp["id"], family)
         if final:
-            self._cleanup(exp["id"])
-        if self._unsandboxed(active):
+            self.lifecycle.cleanup(exp["id"])
+        if unsandboxed(active.parser.state, self.ctx.settings.sandbox.mode):
             state = active.parser.state
             why = state.isolation_detail or "the job ran no harness"
             raise RunFailed(
@@ -338,7 +355,7 @@ class Jobs(Outcomes):
             return {}  # it never got as far as its steps
         mode = state.isolation or "none"
         detail = state.isolation_detail if state.isolation else "the job ran no harness (no SANDBOX marker)"
-        before = json.loads(exp["meta"] or "{}").get("isolation")
+        before = decoded_dict(exp["meta"]).get("isolation")
         if before is not None and weakest(before, mode) == before:
             return {}
         return {"isolation": mode, "isolation_detail": detail}
@@ -349,8 +366,8 @@ class Jobs(Outcomes):
             kind = step.name.split("-")[0]
             if step.seconds is not None and kind in totals:
                 totals[kind] += step.seconds
-        exp = self._exp(active.experiment_id)
-        before = json.loads(exp["meta"] or "{}").get("seconds") or {}
+        exp = self.ctx.exp(active.experiment_id)
+        before = decoded_dict(exp["meta"]).get("seconds") or {}
         if active.batch == 0 or not before:
             base = {k: 0.0 for k in totals}
         else:

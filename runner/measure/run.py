@@ -35,8 +35,10 @@ from runner.measure.common import (
     RunSummary,
     first_given,
     policy_of,
+    rules_of,
+    stored_policy,
 )
-from runner.measure.core import run_summary
+from runner.measure.lifecycle import run_summary
 from runner.measure.runner import Runner
 
 
@@ -112,8 +114,6 @@ def start_run(
     policy = policy_of(ws)  # a bad policy fails here, before anything is written
     if options.parallel is not None and options.parallel < 1:
         raise UserError(f"--parallel {options.parallel}: must be at least 1")
-    if settings.policy.self_test_pairs < stats.MIN_VALUES:
-        raise UserError(f"policy.self_test_pairs: must be at least {stats.MIN_VALUES}")
     load_template(template_path(ws, settings))
     preflight(options.backend or settings.fleet.backend, ws)  # a bad fleet config: nothing written
     lock = runlock.acquire(ws.root)  # another process driving a run here: its name, exit 1
@@ -176,7 +176,7 @@ def _insert_run(
             "baseline_commit": baseline,
             "head_commit": baseline,
             "backend": options.backend or settings.fleet.backend,
-            "policy": {**asdict(policy), "metric": settings.metric.primary},
+            "policy": stored_policy(rules_of(ws), settings.metric.primary),
             "budget": {
                 "minutes": first_given(options.budget_minutes, settings.budget.minutes),
                 "usd": first_given(options.budget_usd, settings.budget.usd),
@@ -211,7 +211,7 @@ def resume_run(
     lock.record(run.id, run.name)
     runner = Runner(ws, run.id, progress=progress, lock=lock)
     runner.research = research(runner.options) if research is not None else None
-    runner.resuming = True
+    runner.ctx.state.resuming = True
     return runner
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 
 LOCK_NAME = "run.lock"
 NAME_WAIT_SECONDS = 5.0
@@ -97,6 +98,13 @@ def acquire(root: Path, wait: float = NAME_WAIT_SECONDS) -> RunLock:
         time.sleep(0.1)  # the winner is still creating its run: wait to name it (or for the lock)
 
 
+def check_free(root: Path, wait: float = NAME_WAIT_SECONDS) -> None:
+    """Refuse, in `acquire`'s words, when another process drives a run here; else return at once
+    (the lock is taken and let go: what starts a runner in another process, `run --detach`, asks
+    first, so a refusal reaches the person who asked rather than the detached runner's log)."""
+    acquire(root, wait).release()
+
+
 def _write(handle: IO[str], info: dict[str, Any]) -> None:
     handle.seek(0)
     handle.truncate(0)
@@ -106,7 +114,7 @@ def _write(handle: IO[str], info: dict[str, Any]) -> None:
 
 def _holder(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        data = decoded_dict(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -26,13 +26,36 @@ from runner.measure.common import (
     FINAL,
     RunFailed,
 )
+from runner.measure.context import RunContext
+from runner.measure.decide import Decider
+from runner.measure.jobs import JobRunner
+from runner.measure.lifecycle import Lifecycle
+from runner.measure.live import LiveJobs
 from runner.measure.steering import Steering
 
 
-class Scheduler(Steering):
-    """The scheduler."""
+class Scheduler:
+    """Moves the experiments of a wave (or of the final stage) on, one step at a time: a worker
+    for each queued one, its candidate commit (rebased by a three-way merge when a winner moved
+    the baseline) and trees, its batches, and a look of the judge after each."""
 
-    def _drive(self, exp_ids: list[int], family: int | None = None) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        live: LiveJobs,
+        lifecycle: Lifecycle,
+        decider: Decider,
+        jobs: JobRunner,
+        steering: Steering,
+    ) -> None:
+        self.ctx = ctx
+        self.live = live
+        self.lifecycle = lifecycle
+        self.decider = decider
+        self.jobs = jobs
+        self.steering = steering
+
+    def drive(self, exp_ids: list[int], family: int | None = None) -> None:
         """Run these experiments to a final status. `family` (a wave id) shares the FDR control."""
         ids = set(exp_ids)
         while True:
@@ -45,24 +68,25 @@ class Scheduler(Steering):
             if done:
                 return
             if not progressed:
-                time.sleep(self.poll_interval if self.active else 4 * self.poll_interval)
+                time.sleep(self.ctx.poll_interval if len(self.live) else 4 * self.ctx.poll_interval)
 
     def _drive_once(self, ids: set[int], family: int | None) -> tuple[bool, bool]:
         """One round of `_drive` (`ids` grows by the retries): (all done, something happened)."""
-        self._housekeeping()
+        self.steering.housekeeping()
         progressed = False
-        for job_id in list(self.active):
-            active = self.active[job_id]
-            if active.experiment_id in ids or self._exp(active.experiment_id)["status"] in FINAL:
-                progressed |= self._poll(active, family)
+        for active in self.live:
+            if active.ref.job_id not in self.live.jobs:
+                continue  # ended while another job was polled
+            if active.experiment_id in ids or self.ctx.exp(active.experiment_id)["status"] in FINAL:
+                progressed |= self.jobs.poll(active, family)
         # Requeued retries join the family they were created for.
         if family is not None:
-            ids.update(experiments.ids_in_wave(self.db, family))
-        live = experiments.live_among(self.db, sorted(ids))
-        if not live and not any(a.experiment_id in ids for a in self.active.values()):
+            ids.update(experiments.ids_in_wave(self.ctx.db, family))
+        live = experiments.live_among(self.ctx.db, sorted(ids))
+        if not live and not any(a.experiment_id in ids for a in self.live):
             return True, progressed
         for exp in live:
-            if any(a.experiment_id == exp["id"] for a in self.active.values()):
+            if self.live.has(exp["id"]):
                 continue
             progressed |= self._advance(exp, family)
         return False, progressed
@@ -73,38 +97,36 @@ class Scheduler(Steering):
         back first, with no write of the runner's: every job stops and the trees of every live
         experiment go. Then each of them ends `crashed` (a benign one beside the culprit too: never
         a win). False when there was nothing to free: the disk is full for another reason."""
-        abandon(self.db)
-        live = [e["id"] for e in experiments.live_among(self.db, sorted(ids))]
+        abandon(self.ctx.db)
+        live = [e["id"] for e in experiments.live_among(self.ctx.db, sorted(ids))]
         suspects = sorted(
-            {a.experiment_id for a in self.active.values()} | {e for e in live if self.exp_dir(e).exists()}
+            {a.experiment_id for a in self.live} | {e for e in live if self.ctx.exp_dir(e).exists()}
         )
         if not suspects:
             return False
-        assert self.fleet is not None
-        for active in list(self.active.values()):
+        for active in self.live:
             # It kills the job, then marks the worker ready: that write may fail yet (done again below).
             with contextlib.suppress(sqlite3.OperationalError, OSError):
-                self.fleet.cancel(active.ref)
+                self.live.fleet.cancel(active.ref)
         for exp_id in suspects:
-            shutil.rmtree(self.exp_dir(exp_id), ignore_errors=True)
+            shutil.rmtree(self.ctx.exp_dir(exp_id), ignore_errors=True)
         with contextlib.suppress(UserError):
-            gitrepo.run(self.repo, "worktree", "prune")  # the mirror's records of those trees
+            gitrepo.run(self.ctx.repo, "worktree", "prune")  # the mirror's records of those trees
         for exp_id in suspects:
-            phase = self._exp(exp_id)["phase"]
-            self._finish_experiment(
+            phase = self.ctx.exp(exp_id)["phase"]
+            self.lifecycle.finish(
                 exp_id,
                 "crashed",
                 "build" if phase in ("setup", "build") else "benchmark",
                 detail="the disk filled up while it ran (its trees share the workspace's file system); "
                 "its job was stopped and its trees removed",
             )
-        self._say(f"the disk filled up: {len(suspects)} experiments stopped, their trees removed")
+        self.ctx.say(f"the disk filled up: {len(suspects)} experiments stopped, their trees removed")
         return True
 
     def _idle_worker(self) -> Worker | None:
-        assert self.fleet is not None
-        busy = experiments.busy_workers(self.db, self.run_id)
-        for worker in self.fleet.workers():
+        busy = experiments.busy_workers(self.ctx.db, self.ctx.run_id)
+        for worker in self.live.fleet.workers():
             if worker.id not in busy and worker.status in ("ready", "busy"):
                 return worker
         return None
@@ -112,56 +134,55 @@ class Scheduler(Steering):
     def _advance(self, exp: ExperimentRow, family: int | None) -> bool:
         """Move an experiment with no live job one step on; True when something happened."""
         if exp["status"] == "queued":
-            if self.stopping:
-                self._finish_experiment(exp["id"], "cancelled", "stopped")
+            if self.ctx.state.stopping:
+                self.lifecycle.finish(exp["id"], "cancelled", "stopped")
                 return True
-            if self._spent:
-                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._spent.words)
+            if self.ctx.state.spent:
+                self.lifecycle.finish(exp["id"], "cancelled", "budget", detail=self.ctx.state.spent.words)
                 return True
-            if self.paused:
+            if self.ctx.state.paused:
                 return False
             worker = self._idle_worker()
             if worker is None:
                 return False
             if not self._prepare(exp, worker):
                 return True
-            self._submit(self._exp(exp["id"]), worker)
+            self.jobs.submit(self.ctx.exp(exp["id"]), worker)
             return True
         # running, between batches (or just recovered)
         worker = self._worker_of(exp)
-        batches = jobs.of_experiment(self.db, exp["id"])
+        batches = jobs.of_experiment(self.ctx.db, exp["id"])
         last = batches[-1] if batches else None
-        if self.stopping:
-            self._finish_experiment(exp["id"], "cancelled", "stopped")
+        if self.ctx.state.stopping:
+            self.lifecycle.finish(exp["id"], "cancelled", "stopped")
             return True
-        if self._spent and last is not None:
+        if self.ctx.state.spent and last is not None:
             if exp["kind"] == "self_test":
-                self._finish_experiment(exp["id"], "cancelled", "budget", detail=self._spent.words)
+                self.lifecycle.finish(exp["id"], "cancelled", "budget", detail=self.ctx.state.spent.words)
                 return True
-            with transaction(self.db):
-                final = self._decide(exp["id"], family, force_final=True)
+            with transaction(self.ctx.db):
+                final = self.decider.decide(exp["id"], family, force_final=True)
             if final:
-                self._cleanup(exp["id"])
+                self.lifecycle.cleanup(exp["id"])
             return True
-        if self.paused:
+        if self.ctx.state.paused:
             return False
         if worker is None:
-            self._lose(exp, "its worker is gone")
+            self.lifecycle.lose(exp, "its worker is gone")
             return True
-        trees = self.exp_dir(exp["id"])
+        trees = self.ctx.exp_dir(exp["id"])
         if not is_prepared(trees):
             if last is not None and last.status != "lost":
                 # Built trees held between batches are gone: the pairs so far cannot go on.
-                self._lose(exp, "its trees are gone")
+                self.lifecycle.lose(exp, "its trees are gone")
                 return True
             if not self._prepare(exp, worker):
                 return True
-        self._submit(self._exp(exp["id"]), worker)
+        self.jobs.submit(self.ctx.exp(exp["id"]), worker)
         return True
 
     def _worker_of(self, exp: ExperimentRow) -> Worker | None:
-        assert self.fleet is not None
-        for worker in self.fleet.workers():
+        for worker in self.live.fleet.workers():
             if worker.id == exp["worker_id"]:
                 return worker
         return None
@@ -177,23 +198,23 @@ class Scheduler(Steering):
         from runner.hypotheses import mark_conflict
 
         exp_id = exp["id"]
-        written_for = patch["base_commit"] or self.baseline
+        written_for = patch["base_commit"] or self.ctx.state.baseline
         try:
-            own = commit_candidate(self.repo, written_for, patch["diff"], exp["title"])
+            own = commit_candidate(self.ctx.repo, written_for, patch["diff"], exp["title"])
         except DoesNotApply:
             own = None
         if own is None or written_for == baseline:
-            self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=error)
+            self.lifecycle.finish(exp_id, "crashed", "does_not_apply", detail=error)
             return None
-        merged = gitrepo.three_way(self.repo, baseline, patch["diff"], commit=own)
+        merged = gitrepo.three_way(self.ctx.repo, baseline, patch["diff"], commit=own)
         if merged.diff is not None:
             try:
-                candidate = commit_candidate(self.repo, baseline, merged.diff, exp["title"])
+                candidate = commit_candidate(self.ctx.repo, baseline, merged.diff, exp["title"])
             except DoesNotApply:
                 candidate = None
             if candidate is not None:
-                self._merge_meta(exp_id, {"rebased_from": written_for})
-                self._event(
+                self.ctx.merge_meta(exp_id, {"rebased_from": written_for})
+                self.ctx.event(
                     "experiment_rebased",
                     f"experiment {exp_id}: rebased onto {baseline[:12]} by a three-way merge "
                     f"(written for {written_for[:12]})",
@@ -205,20 +226,20 @@ class Scheduler(Steering):
         where = f" in {', '.join(merged.conflicts[:5])}" if merged.conflicts else ""
         said = (merged.error or error).strip().splitlines()
         detail = f"a three-way merge{where or ''} failed" + (f": {said[-1][:300]}" if said else "")
-        with transaction(self.db):
-            mark_conflict(self.db, patch["id"], f"{reason}{where}\n{merged.error or error}")
-            self._finish_experiment(exp_id, "conflict", reason[:200], detail=detail, cleanup=False)
-        self._cleanup(exp_id)
+        with transaction(self.ctx.db):
+            mark_conflict(self.ctx.db, patch["id"], f"{reason}{where}\n{merged.error or error}")
+            self.lifecycle.finish(exp_id, "conflict", reason[:200], detail=detail, cleanup=False)
+        self.lifecycle.cleanup(exp_id)
         return None
 
     def _winner_in_the_way(self, base: str, head: str, paths: list[str]) -> str | None:
         """The latest winner between `base` and `head` that touched these paths (else the latest)."""
         from kb import gitrepo
 
-        shas = gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}", "--", *paths).split()
-        shas = shas or gitrepo.run(self.repo, "log", "--format=%H", f"{base}..{head}").split()
+        shas = gitrepo.run(self.ctx.repo, "log", "--format=%H", f"{base}..{head}", "--", *paths).split()
+        shas = shas or gitrepo.run(self.ctx.repo, "log", "--format=%H", f"{base}..{head}").split()
         for sha in shas:
-            found = run_records.winner_by_commit(self.db, sha)
+            found = run_records.winner_by_commit(self.ctx.db, sha)
             if found is not None:
                 return f"winner exp {found['experiment_id']} ({sha[:12]}: {found['title'][:60]})"
         return f"commit {shas[0][:12]}" if shas else None
@@ -229,28 +250,28 @@ class Scheduler(Steering):
         baseline = exp["baseline_commit"]
         assert baseline is not None  # the runner creates every experiment with its baseline
         candidate = exp["candidate_commit"]
-        patch = hypotheses.patch_row(self.db, exp["patch_id"]) if exp["patch_id"] else None
+        patch = hypotheses.patch_row(self.ctx.db, exp["patch_id"]) if exp["patch_id"] else None
         if patch is not None:
             # What git would apply onto this baseline, not what the patch's headers say.
             try:
-                why = patchpaths.check(patch["diff"], self.protected, self.repo, baseline)
+                why = patchpaths.check(patch["diff"], self.ctx.protected, self.ctx.repo, baseline)
             except patchpaths.PatchUnreadable as exc:
-                self._finish_experiment(exp_id, "crashed", "does_not_apply", detail=str(exc))
+                self.lifecycle.finish(exp_id, "crashed", "does_not_apply", detail=str(exc))
                 return False
             if why:
-                self._finish_experiment(exp_id, "refused", why)
+                self.lifecycle.finish(exp_id, "refused", why)
                 return False
             if candidate is None:
                 try:
-                    candidate = commit_candidate(self.repo, baseline, patch["diff"], exp["title"])
+                    candidate = commit_candidate(self.ctx.repo, baseline, patch["diff"], exp["title"])
                 except DoesNotApply as exc:
                     candidate = self._rebase(exp, patch, baseline, str(exc))
                     if candidate is None:
                         return False
         assert candidate is not None
-        with transaction(self.db):
+        with transaction(self.ctx.db):
             experiments.update(
-                self.db,
+                self.ctx.db,
                 exp_id,
                 {
                     "status": "running",
@@ -262,14 +283,14 @@ class Scheduler(Steering):
             )
         started = time.monotonic()
         try:
-            workdir = self.exp_dir(exp_id)
-            prepare_workdir(self.repo, workdir, baseline, candidate, self.scripts, self.protected)
+            workdir = self.ctx.exp_dir(exp_id)
+            prepare_workdir(self.ctx.repo, workdir, baseline, candidate, self.ctx.scripts, self.ctx.protected)
         except UserError as exc:
-            self._finish_experiment(exp_id, "crashed", "setup", detail=str(exc))
+            self.lifecycle.finish(exp_id, "crashed", "setup", detail=str(exc))
             if exp["kind"] == "self_test":
                 raise RunFailed(f"cannot prepare the self-test: {exc}") from None
             return False
-        self._merge_meta(exp_id, {"prepare_seconds": round(time.monotonic() - started, 3)})
+        self.ctx.merge_meta(exp_id, {"prepare_seconds": round(time.monotonic() - started, 3)})
         return True
 
 

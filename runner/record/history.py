@@ -18,6 +18,7 @@ from typing import Any
 import sqlite_utils
 
 from kb.errors import UserError
+from kb.jsoncol import decoded, decoded_dict
 from kb.store import history as store
 from kb.store import samples as sample_store
 from kb.store.history import LinkedExperiment, RunWithCounts, TitledWinner
@@ -35,7 +36,6 @@ from runner.record.model import WaveInfo as WaveInfo
 from runner.record.model import effect_cell as effect_cell
 from runner.record.model import finite
 from runner.record.model import isolation_summary as isolation_summary
-from runner.record.model import parse_json as parse_json
 from runner.record.sources import source_refs
 
 # --- runs and waves ----------------------------------------------------------------------------
@@ -50,12 +50,12 @@ def _run(row: RunWithCounts) -> RunInfo:
         baseline_commit=row["baseline_commit"],
         head_commit=row["head_commit"],
         backend=row["backend"],
-        policy=parse_json(row["policy"]) or {},
-        budget=parse_json(row["budget"]) or {},
-        options=parse_json(row["options"]) or {},
+        policy=decoded_dict(row["policy"]),
+        budget=decoded_dict(row["budget"]),
+        options=decoded_dict(row["options"]),
         noise_floor=finite(row["noise_floor"]),
-        self_test=parse_json(row["self_test"]),
-        summary=parse_json(row["summary"]),
+        self_test=decoded(row["self_test"]),
+        summary=decoded(row["summary"]),
         cost_usd=row["cost_usd"] or 0.0,
         error=row["error"],
         imported_from=row["imported_from"],
@@ -152,7 +152,7 @@ def _experiments(
             log_dir=r["log_dir"],
             batches=r["batches"],
             cost_usd=r["cost_usd"] or 0.0,
-            meta=parse_json(r["meta"]) or {},
+            meta=decoded_dict(r["meta"]),
             created_at=r["created_at"],
             started_at=r["started_at"],
             ended_at=r["ended_at"],
@@ -220,30 +220,32 @@ def metrics(db: sqlite_utils.Database, experiment_id: int) -> list[str]:
 
 
 def paired_values(found: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:
-    """(baseline, candidate) values per complete pair of one metric, in pair order.
-
-    Several samples of one invocation reduce to their median (DESIGN: Measurement words); a pair
-    missing a side (interrupted mid-pair) is left out.
-    """
-    from runner.stats import side_value
+    """(baseline, candidate) values per complete pair of one metric, in pair order
+    (runner.stats.pair_values: the median of each side's samples, complete pairs only)."""
+    from runner.stats import pair_values
 
     by_pair: dict[int, dict[str, list[float]]] = defaultdict(lambda: {"A": [], "B": []})
     for s in found:
         if s.metric == metric:
             by_pair[s.pair][s.side].append(s.value)
-    base: list[float] = []
-    cand: list[float] = []
-    for pair in sorted(by_pair):
-        sides = by_pair[pair]
-        if sides["A"] and sides["B"]:
-            base.append(side_value(sides["A"]))
-            cand.append(side_value(sides["B"]))
-    return base, cand
+    return pair_values(by_pair)
 
 
 def pairs(db: sqlite_utils.Database, experiment_id: int, metric: str) -> tuple[list[float], list[float]]:
     """(baseline, candidate) values per complete pair, read from the stored samples."""
-    return paired_values(samples(db, experiment_id, metric), metric)
+    from runner.stats import pair_values
+
+    return pair_values(sample_store.by_pair(db, experiment_id, metric))
+
+
+def wall_values(meta: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) seconds of the harness's own clock per complete pair, from an
+    experiment's meta `wall` ({pair: {side: seconds}}, written by the loop after each batch)."""
+    wall = meta.get("wall")
+    if not isinstance(wall, dict):
+        return [], []
+    found = sorted((int(pair), sides) for pair, sides in wall.items() if "A" in sides and "B" in sides)
+    return [float(sides["A"]) for _, sides in found], [float(sides["B"]) for _, sides in found]
 
 
 # --- events ------------------------------------------------------------------------------------
@@ -268,7 +270,7 @@ def events(
             run_id=r["run_id"],
             experiment_id=r["experiment_id"],
             message=r["message"],
-            data=parse_json(r["data"]),
+            data=decoded(r["data"]),
         )
         for r in found
     ]

@@ -55,6 +55,7 @@ from runner.record.logformats import (
     finite,
     parse,
 )
+from runner.record.logtypes import seconds
 
 VERDICT_MAP = {"keep": "keep", "discard": "discard"}
 #: Shown lengths of imported text (the full text stays in the experiment's meta).
@@ -147,8 +148,7 @@ def _source_ref(text: str) -> str:
 def _stamp(value: Any) -> float | None:
     if not finite(value):
         return None
-    seconds = float(value)
-    return seconds / 1000 if seconds > 1e11 else seconds  # milliseconds in pi's logs
+    return seconds(float(value))  # milliseconds in pi's logs
 
 
 def _times(lines: Sequence[LogLine], fallback: float) -> list[float]:

@@ -17,11 +17,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from kb.errors import UserError
+from kb.vocabulary import VERDICT_STATUS
 
 Format = Literal["jsonl", "tsv"]
 FORMATS: tuple[str, ...] = ("auto", "jsonl", "tsv")
 #: The statuses both loops write (any case), as this product's experiment statuses.
-STATUS_MAP = {"keep": "kept", "discard": "discarded", "crash": "crashed", "checks_failed": "checks_failed"}
+STATUS_MAP = {
+    **{v: VERDICT_STATUS[v] for v in ("keep", "discard")},
+    "crash": "crashed",
+    "checks_failed": "checks_failed",
+}
 #: What `--status WORD=STATUS` may say a word means: one of the four, or skip (not imported).
 STATUS_CHOICES: tuple[str, ...] = (*STATUS_MAP, "skip")
 #: Words other loops write for one of the four (compared in lower case), and where they come from.
@@ -121,11 +126,60 @@ class Malformed(Exception):
     """One line cannot be read; its reason names the field."""
 
 
+MAX_DEPTH = 64
+"""How deeply a line's JSON may nest (its `asi` is stored and shown; json itself recurses)."""
+MAX_INTEGER = 2**63 - 1
+"""The largest integer a line may hold (SQLite's INTEGER; a float cannot hold much more either)."""
+LATEST_TIME = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the last moment a date can show."""
+
+
+def check_values(data: Any) -> None:
+    """Refuse (Malformed) what the database or a face could not hold: nesting deeper than
+    MAX_DEPTH, an integer beyond MAX_INTEGER (a 400-digit number), a lone surrogate (`\\ud800`,
+    which no UTF-8 file can hold)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_DEPTH:
+                raise Malformed(f"nested more than {MAX_DEPTH} levels deep")
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = value[exc.start]
+                raise Malformed(f"a string holds a lone surrogate (\\u{ord(bad):04x}): not text") from None
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+            digits = len(str(abs(value))) if abs(value) < 10**4000 else "over 4000"
+            raise Malformed(f"a number of {digits} digits is out of range (at most {MAX_INTEGER})")
+
+
+def seconds(value: float) -> float:
+    """Unix seconds from a log's time: milliseconds (pi-autoresearch's) above 1e11."""
+    return value / 1000 if value > 1e11 else value
+
+
+def check_time(value: float, field: str = "timestamp") -> None:
+    """Refuse a time no date can show (before 1970 or after the year 9999, in seconds or ms)."""
+    if not 0 <= seconds(value) <= LATEST_TIME:
+        raise Malformed(
+            f"{field} {value:.6g} is out of range (Unix seconds or milliseconds from 1970 to the year 9999)"
+        )
+
+
 # --- small helpers ---------------------------------------------------------------------------------
 
 
 def finite(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def cap(text: str, limit: int) -> str:

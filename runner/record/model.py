@@ -1,36 +1,24 @@
 """The record's typed rows: a run, a wave, a decision, a sample, an experiment, an event.
 
 What runner.record.history returns and the CLI, the report and the TUI display; built from rows
-the queries there read, and never querying themselves. `parse_json` reads a JSON column the way all
+the queries there read, and never querying themselves. JSON columns are read with kb.jsoncol, the way all
 of runner/record does. runner.record.history re-exports every name, which is how callers know them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from kb.jsoncol import decoded_dict
 from kb.store.decisions import Decision
 from kb.store.tables import DecisionRow
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.stats import cell_pct
 
 FINISHED_STATUSES = EXPERIMENT_FINAL
-
-
-def parse_json(text: Any) -> Any:
-    """A JSON column's value: None for NULL, empty or unreadable text; non-text as it is."""
-    if text is None or text == "":
-        return None
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 def finite(x: Any) -> float | None:
@@ -132,13 +120,15 @@ class DecisionInfo(Decision):
         )
         return cls(
             **vars(stored),
-            decoded_policy=parse_json(row["policy"]) or {},
-            decoded_metrics=parse_json(row["metrics"]) or {},
+            decoded_policy=decoded_dict(row["policy"]),
+            decoded_metrics=decoded_dict(row["metrics"]),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The row's columns in their order, the JSON ones decoded, then `ci`."""
+        """The row's columns in their order, the JSON ones decoded, then `ci`. The family a look
+        was judged in (`redecide --check` reads it) is left out: it is the loop's working record."""
         out = asdict(self)
+        out.pop("family")
         out["policy"] = out.pop("decoded_policy")
         out["metrics"] = out.pop("decoded_metrics")
         out["ci"] = [self.ci_low, self.ci_high]

@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.record.logtypes import (
+    MAX_DEPTH,
     LogLine,
     Malformed,
     ParsedLog,
     Segment,
     Skipped,
+    check_time,
+    check_values,
     finite,
     known_status,
     numbered_lines,
@@ -54,10 +57,14 @@ def parse_jsonl(path: Path, text: str, statuses: Mapping[str, str]) -> ParsedLog
         except json.JSONDecodeError as exc:
             log.skipped.append(Skipped(number, f"not valid JSON ({exc.msg} at column {exc.colno})"))
             continue
+        except RecursionError:
+            log.skipped.append(Skipped(number, f"nested more than {MAX_DEPTH} levels deep"))
+            continue
         if not isinstance(data, dict):
             log.skipped.append(Skipped(number, "not a JSON object"))
             continue
         try:
+            check_values(data)
             _read_line(log, data, number, current, statuses)
         except Malformed as exc:
             log.skipped.append(Skipped(number, str(exc)))
@@ -190,6 +197,8 @@ def _run_line(data: dict[str, Any], number: int, metric: str, statuses: Mapping[
     for key in ("timestamp", "confidence"):  # pi reads 0 and null
         if data.get(key) is not None and not finite(data[key]):
             notes.append(f"{key} is not a number: ignored, as pi-autoresearch does")
+    if finite(data.get("timestamp")):
+        check_time(data["timestamp"])
     if data.get("timestamp") is None:
         notes.append("no timestamp: the time of the nearest line that has one (pi-autoresearch reads 0)")
     line = LogLine(

@@ -17,6 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from kb.errors import UserError
+from kb.jsoncol import decoded_list
 from kb.store import experiments as experiment_store
 from kb.store import hypotheses as hypothesis_store
 from kb.store import provenance as store
@@ -24,7 +25,7 @@ from kb.store import run_records, waves
 from kb.store import winners as winner_store
 from kb.store.provenance import CitedEvidence
 from kb.store.tables import DecisionRow, ExperimentRow, HypothesisRow, PatchRow, RunRow, WaveRow
-from runner.record.history import latest_decision_rows, parse_json
+from runner.record.history import latest_decision_rows
 from runner.record.sources import evidence_refs, evidence_rows, location, source_refs
 
 
@@ -163,7 +164,7 @@ def provenance(db: sqlite_utils.Database, experiment_id: int) -> dict[str, Any]:
         if patch is None
         else {
             "id": patch["id"],
-            "files": parse_json(patch["files"]) or [],
+            "files": decoded_list(patch["files"]),
             "author_kind": patch["author_kind"],
             "author": patch["author"],
             "diff_sha": patch["diff_sha"],

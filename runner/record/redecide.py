@@ -14,7 +14,13 @@ the run's own policy a wave without them replays to the very same decisions.
 Only experiments the runner decided statistically (kept, discarded, inconclusive) are re-judged;
 checks_failed, crashed, refused, ... are reported as skipped with the reason. `save=True` stores the
 new verdicts as decisions with origin `redecide` and `is_final = 0`, leaving the run's own decisions
-and statuses untouched.
+and statuses untouched. A keep is confirmed as the loop confirms it: by the guard metrics and,
+when the run's policy asks for it, by the harness's wall clock (runner.stats.confirm_keep).
+
+`check` is the exact replay: every look the loop recorded with its family (decisions.family: the
+wave-mates judged together and the pairs each had then) is judged again by the same function the
+loop called (runner.stats.judge) on the same stored samples, and must give the same verdict,
+effect and interval.
 """
 
 from __future__ import annotations
@@ -27,18 +33,18 @@ import sqlite_utils
 
 from kb.db import log_event, now, transaction
 from kb.errors import UserError
+from kb.jsoncol import decoded
 from kb.store import decisions
-from kb.vocabulary import DECIDED_STATUSES
+from kb.vocabulary import DECIDED_STATUSES, STATUS_VERDICT
 
 if TYPE_CHECKING:
     from kb.config import Settings
 from runner import stats
 from runner.record import history
-from runner.stats import Decision, Guard, Policy, apply_guards, decide_wave
+from runner.stats import Confirmation, Decision, Guard, Policy, Rules, confirm_keep, decide_wave, judge
 
 K = TypeVar("K", int, str)
 
-_STATUS_VERDICT = {"kept": "keep", "discarded": "discard", "inconclusive": "inconclusive"}
 _POLICY_FIELDS = {f.name for f in fields(Policy)}
 
 
@@ -61,6 +67,21 @@ def guards_from_json(data: Mapping[str, Any], direction: str) -> list[Guard]:
             side: Any = g.get("direction", direction)
             out.append(Guard(metric=str(g["metric"]), max_loss=float(loss), direction=side))
     return out
+
+
+def rules_from_json(data: Mapping[str, Any]) -> Rules:
+    """The rules a stored policy names: its Policy, its guards and its wall-clock switch."""
+    policy = policy_from_json(data)
+    return Rules(policy, tuple(guards_from_json(data, policy.direction)), bool(data.get("wall_clock_guard")))
+
+
+def _confirmation(db: sqlite_utils.Database, exp: history.ExperimentInfo, rules: Rules) -> Confirmation:
+    """What the loop confirmed a keep of this experiment on: its guard metrics' pairs and the
+    harness's wall clock."""
+    return Confirmation(
+        guards={g.metric: history.pairs(db, exp.id, g.metric) for g in rules.guards},
+        wall=history.wall_values(exp.meta) if rules.wall_clock_guard else ((), ()),
+    )
 
 
 def replay_wave(
@@ -168,6 +189,7 @@ def fallback_policy(settings: Settings) -> dict[str, Any]:
         "metric": settings.metric.primary,
         "direction": settings.metric.direction,
         "guards": [g.model_dump() for g in settings.metric.guards],
+        "wall_clock_guard": settings.metric.wall_clock_guard,
     }
 
 
@@ -207,7 +229,8 @@ def redecide(
     new_data = {**_policy_json(old), **changes}
     new_data["min_pairs"] = min(new_data["min_pairs"], new_data["max_pairs"])
     policy = policy_from_json(new_data)
-    guards = guards_from_json({**(fallback_policy or {}), **run.policy}, policy.direction)
+    given = rules_from_json({**(fallback_policy or {}), **run.policy})
+    rules = Rules(policy, given.guards, given.wall_clock_guard)
 
     exps = history.experiments(db, run.id, kinds=["candidate"])
     skipped: list[dict[str, Any]] = []
@@ -251,21 +274,14 @@ def redecide(
     items: list[Redecision] = []
     for cases in by_wave.values():
         for eid, looks in replay_wave(cases, policy).items():
-            decision = looks[-1]
-            if guards and decision.verdict == "keep":
-                guard_samples: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
-                for g in guards:
-                    base, cand = history.pairs(db, eid, g.metric)
-                    guard_samples[g.metric] = (base[: decision.pairs], cand[: decision.pairs])
-                # A guard is judged on the pairs the verdict used; one measured on fewer pairs
-                # cannot confirm a keep (as the runner decides: runner.stats.apply_guards).
-                decision = apply_guards(decision, guards, guard_samples, alpha=policy.alpha)
             exp = info[eid]
+            # Guards and the wall clock are read on the pairs the verdict used, as the loop reads them.
+            decision = confirm_keep(looks[-1], looks[-1].pairs, rules, _confirmation(db, exp, rules))
             old_decision = exp.decision
             old_verdict = (
                 old_decision.verdict
                 if old_decision is not None and old_decision.is_final
-                else _STATUS_VERDICT.get(exp.status)
+                else STATUS_VERDICT.get(exp.status)
             )
             stored = len(cases[eid][0])
             items.append(
@@ -322,6 +338,121 @@ def redecide(
                 data={"policy": record},
             )
     return RedecideResult(run, metric, old, policy, items, skipped, saved)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One stored look of the loop judged again."""
+
+    experiment_id: int
+    decision_id: int
+    pairs: int
+    stored: str
+    replayed: Decision | None
+    """None when the replay could not judge it (its error is in `why`)."""
+    why: str = ""
+
+    @property
+    def matches(self) -> bool:
+        return self.replayed is not None and not self.why
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment_id,
+            "decision": self.decision_id,
+            "pairs": self.pairs,
+            "stored": self.stored,
+            "replayed": self.replayed.to_json() if self.replayed else None,
+            "matches": self.matches,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    run: history.RunInfo
+    replays: list[Replay]
+    unchecked: int
+    """Looks of the loop recorded before decisions kept their family (they cannot be replayed exactly)."""
+    unverifiable: list[tuple[int, str]]
+    """(decision id, why): looks whose inputs are no longer all stored (samples withdrawn)."""
+
+    @property
+    def mismatches(self) -> list[Replay]:
+        return [r for r in self.replays if not r.matches]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": {"id": self.run.id, "name": self.run.name},
+            "checked": len(self.replays),
+            "mismatches": [r.to_json() for r in self.mismatches],
+            "unchecked": self.unchecked,
+            "unverifiable": [{"decision": d, "why": why} for d, why in self.unverifiable],
+        }
+
+
+def check(db: sqlite_utils.Database, run_ref: str | int) -> CheckResult:
+    """Judge every look the loop recorded for this run again, from the stored samples, with the
+    rules the look recorded and the family it was judged in; each must match (verdict, pairs,
+    effect and interval to 1e-9)."""
+    run = history.find_run(db, run_ref)
+    replays: list[Replay] = []
+    unchecked = 0
+    unverifiable: list[tuple[int, str]] = []
+    pairs_of: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
+
+    def pairs(exp_id: int, metric: str) -> tuple[list[float], list[float]]:
+        if (exp_id, metric) not in pairs_of:
+            pairs_of[exp_id, metric] = history.pairs(db, exp_id, metric)
+        return pairs_of[exp_id, metric]
+
+    for exp in history.experiments(db, run.id):
+        for d in history.decisions(db, exp.id, include_redecide=False):
+            if d.origin != "runner":
+                continue
+            family = decoded(d.family)
+            if not isinstance(family, dict) or not family:
+                unchecked += 1
+                continue
+            if str(exp.id) not in family:
+                why = f"its recorded wave ({', '.join(sorted(family))}) does not hold experiment {exp.id}"
+                replays.append(Replay(exp.id, d.id, d.pairs, d.verdict, None, why))
+                continue
+            rules = rules_from_json(d.decoded_policy)
+            wave = {}
+            for member, n in family.items():
+                base, cand = pairs(int(member), d.metric)
+                if len(base) < int(n):
+                    # A wave-mate refused for forged markers has its samples withdrawn.
+                    unverifiable.append(
+                        (d.id, f"experiment {member} has {len(base)} of the {n} pairs it was judged on")
+                    )
+                    break
+                wave[int(member)] = (base[: int(n)], cand[: int(n)])
+            if len(wave) != len(family):
+                continue
+            try:
+                replayed = judge(exp.id, wave, rules, _confirmation(db, exp, rules), final=bool(d.is_final))
+            except UserError as exc:
+                replays.append(Replay(exp.id, d.id, d.pairs, d.verdict, None, str(exc)))
+                continue
+            why = _difference(d, replayed)
+            replays.append(Replay(exp.id, d.id, d.pairs, d.verdict, replayed, why))
+    return CheckResult(run, replays, unchecked, unverifiable)
+
+
+def _difference(stored: history.DecisionInfo, replayed: Decision) -> str:
+    """What differs between a stored look and its replay ('' when nothing does)."""
+    said = []
+    if stored.verdict != replayed.verdict:
+        said.append(f"verdict {stored.verdict} -> {replayed.verdict}")
+    if stored.pairs != replayed.pairs:
+        said.append(f"pairs {stored.pairs} -> {replayed.pairs}")
+    for name in ("effect", "ci_low", "ci_high"):
+        old, new = getattr(stored, name), _db_float(getattr(replayed, name))
+        if (old is None) != (new is None) or (old is not None and new is not None and abs(old - new) > 1e-9):
+            said.append(f"{name} {old} -> {new}")
+    return "; ".join(said)
 
 
 def _db_float(x: float) -> float | None:

@@ -12,18 +12,17 @@ say the same thing. matplotlib (Agg backend) is imported only when the plot is d
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from kb.errors import UserError
+from kb.textsafe import clip, html_text, inert, utc_time
 from kb.vocabulary import STOP_MEANINGS, gain_words, legend
 from runner.record import history
 from runner.record.import_summary import summary_lines
@@ -94,7 +93,7 @@ def _aa_verdict(passed: bool) -> str:
 
 
 def _when(ts: float | None) -> str:
-    return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return utc_time(ts, "%Y-%m-%d %H:%M UTC")
 
 
 def _short(sha: str | None) -> str:
@@ -150,12 +149,10 @@ def plot_effects(
                 )
             else:
                 ax.plot(effect, y, "o", color=colour, markerfacecolor="none")
-        labels = [
-            f"#{e.id} {e.title[:38]}{'…' if len(e.title) > 38 else ''} ({e.status})" for e in reversed(points)
-        ]
+        labels = [_plot_text(f"#{e.id} {clip(e.title, 39)} ({e.status})") for e in reversed(points)]
         ax.set_yticks(range(len(points)), labels, fontsize=8)
-        ax.set_xlabel(f"{gain_words(metric, direction)} (%), interval of the decision")
-        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(_plot_text(f"{gain_words(metric, direction)} (%), interval of the decision"))
+        ax.set_title(_plot_text(title), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
@@ -413,28 +410,47 @@ def build(
 # --- renderers ---------------------------------------------------------------------------------
 
 
+def _plot_text(text: str) -> str:
+    """Outside text on the plot: inert, and `$` literal (matplotlib reads `$...$` as mathtext, and a
+    title holding `$\\frac{$` would stop the report)."""
+    return inert(text).replace("$", "\\$")
+
+
+def _md(text: str) -> str:
+    """Outside text in Markdown: inert (a report is also read with cat), and no HTML tag (a viewer
+    would render `<img src=...>` from a commit subject)."""
+    return inert(text, lines=True).replace("<", "&lt;")
+
+
 def _md_cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return " ".join(_md(text).split()).replace("|", "\\|")
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text` (which cannot close it early)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def render_markdown(blocks: list[Block], base: Path) -> str:
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
-            out += [f"{'#' * b.level} {b.text}", ""]
+            out += [f"{'#' * b.level} {_md_cell(b.text)}", ""]
         elif isinstance(b, Para):
-            out += [b.text, ""]
+            out += [_md(b.text), ""]
         elif isinstance(b, Items):
-            out += [*[f"- {item}" for item in b.items], ""]
+            out += [*[f"- {_md(item)}" for item in b.items], ""]
         elif isinstance(b, Table):
             out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
             out.append("|" + "|".join(" --- " for _ in b.headers) + "|")
             out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("")
         elif isinstance(b, Image):
-            out += [f"![{b.alt}]({_relative(b.path, base)})", ""]
+            out += [f"![{_md_cell(b.alt)}]({_relative(b.path, base)})", ""]
         else:
-            out += ["```", b.text, "```", ""]
+            text = inert(b.text, lines=True)
+            out += [_fence(text), text, _fence(text), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -456,7 +472,7 @@ pre { background: #f6f6f6; padding: 0.5rem; overflow-x: auto; }
 
 
 def render_html(blocks: list[Block], title: str) -> str:
-    e = html.escape
+    e = html_text  # inert, then HTML-escaped
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -523,6 +539,13 @@ def write_report(
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return Written(path, plot)
+
+
+def markdown(db: sqlite_utils.Database, run_ref: str | int, base: Path) -> str:
+    """A run's report as markdown text, written nowhere and without the plot (what an agent reads
+    through the MCP server; `write_report` writes the file with its plot)."""
+    blocks, _ = build(db, history.find_run(db, run_ref), None)
+    return render_markdown(blocks, base)
 
 
 def _float(value: Any) -> float | None:

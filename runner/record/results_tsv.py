@@ -14,10 +14,12 @@ from kb.errors import UserError
 from runner.harness.protocol import plain_number
 from runner.record.logtypes import (
     LogLine,
+    Malformed,
     ParsedLog,
     Segment,
     Skipped,
     cap,
+    check_time,
     known_status,
     numbered_lines,
     unknown_status_reason,
@@ -90,7 +92,13 @@ def parse_tsv(
     segment = Segment(0, path.stem, header[metric_cols[0]], direction or DEFAULT_DIRECTION, None, header_line)
     log.segments.append(segment)
     for row_number, number, cells in table:
-        line = _line(row_number, number, cells, header, columns, metric_cols, text_cols, time_col, statuses)
+        try:
+            line = _line(
+                row_number, number, cells, header, columns, metric_cols, text_cols, time_col, statuses
+            )
+        except Malformed as exc:
+            log.skipped.append(Skipped(number, str(exc)))
+            continue
         if line is None:
             log.ignored[f"status {cells[columns['status']]}"] += 1
             continue
@@ -196,6 +204,8 @@ def _line(
         line.notes.append(f"status {written.lower()!r} read as {status} (--status)")
     if time_col is not None:
         line.timestamp = _when(cells[time_col])
+        if line.timestamp is not None:
+            check_time(line.timestamp, cap(header[time_col], 40))
         if line.timestamp is None and cells[time_col]:
             line.notes.append(f"a {cap(header[time_col], 40)} cell that is no date or time: ignored")
     for i in metric_cols:
@@ -217,7 +227,7 @@ def _when(cell: str) -> float | None:
     seconds or milliseconds; None when the cell is neither."""
     number = plain_number(cell)
     if number is not None:
-        return number / 1000 if number > 1e11 else number
+        return number
     try:
         moment = datetime.fromisoformat(cell.strip())
     except ValueError:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sqlite_utils
 
+from kb.jsoncol import decoded_dict, decoded_list
 from kb.store import provenance as store
 from kb.store.provenance import CitedEvidence, SuggestingWave
-from runner.record.model import parse_json
 
 
 def one_line(text: str) -> str:
@@ -46,14 +46,14 @@ def evidence_refs(ev: CitedEvidence) -> list[str]:
 
 def location(ev: CitedEvidence) -> str:
     """Where to look: URL with section, repo@sha with files, or file:line@sha."""
-    meta = parse_json(ev["meta"]) or {}
+    meta = decoded_dict(ev["meta"])
     if ev["kind"] == "passage":
         url = ev["canonical_url"] or ev["source_url"] or ""
         where = f" section {ev['section']!r}" if ev["section"] else ""
         return f"{url}{where} passage {ev['ref']}".strip()
     if ev["kind"] == "commit":
         repo = ev["canonical_url"] or ev["source_url"] or ev["source_name"] or ""
-        files = parse_json(ev["commit_files"]) or []
+        files = decoded_list(ev["commit_files"])
         shown = f" ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" if files else ""
         return f"{repo}@{ev['commit_sha'] or ev['ref']}{shown}"
     if ev["fusion_file"]:

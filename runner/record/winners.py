@@ -21,12 +21,13 @@ import sqlite_utils
 from kb import gitrepo
 from kb.db import log_event, transaction
 from kb.errors import UserError
+from kb.jsoncol import decoded, decoded_dict
 from kb.store import run_records
 from kb.store import winners as winner_store
 from kb.store.tables import WinnerRow
 from kb.store.winners import NewWinner
 from runner.harness.patchpaths import ProtectedPath, check_commit, protected_paths
-from runner.record.model import FINISHED_STATUSES, parse_json
+from runner.record.model import FINISHED_STATUSES
 from runner.record.provenance import Chain, gather_chain, keep_decision
 
 # The walks live in runner/record/provenance.py; re-exported for the callers that know them from here.
@@ -79,7 +80,7 @@ class WinnerRecord:
 
 def _result(chain: Chain) -> dict[str, Any]:
     d = chain.decision
-    policy = parse_json(d["policy"] if d else None) or parse_json(chain.run["policy"]) or {}
+    policy = decoded(d["policy"] if d else None) or decoded_dict(chain.run["policy"])
 
     def num(x: Any) -> float | None:
         return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
@@ -93,7 +94,7 @@ def _result(chain: Chain) -> dict[str, Any]:
         "p": num(d["p_value"]) if d else None,
         "q": num(d["q_value"]) if d else None,
         "noise": num(d["noise"]) if d else None,
-        "metrics": (parse_json(d["metrics"]) if d else None) or {},
+        "metrics": (decoded(d["metrics"]) if d else None) or {},
     }
 
 

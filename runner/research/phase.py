@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING
 
 from kb import gitrepo
 from kb.errors import UserError
+from kb.jsoncol import decoded_dict
 from kb.store import research as store
 from kb.store.tables import ExperimentRow
+from kb.textsafe import quoted
 from kb.vocabulary import EXPERIMENT_FINAL
 from runner.hypotheses import mark_repeat, runnable
 from runner.research_io import ResearchReport, ResearchRequest
@@ -129,7 +131,7 @@ def _mine(ws: Workspace, db: sqlite_utils.Database, report: ResearchReport, *, q
     except UserError as exc:
         report.failures.append(f"miners: {exc}")
         return
-    report.mined = len(mined.gap_added) + len(mined.fork_added)
+    report.mined = len(mined.all_added)
 
 
 # --- repairs and ports ------------------------------------------------------------------------------
@@ -165,9 +167,8 @@ def _tail(path: str | None, lines: int = EXCERPT_LINES, *, max_bytes: int = EXCE
 def failure_excerpt(exp: ExperimentRow, stage: str) -> str:
     """What the model needs to repair: git's apply error, the candidate's build log's last lines,
     or the checks' last lines (the step logs the runner split out of the batch log)."""
-    from runner.record.history import parse_json
 
-    meta = parse_json(exp["meta"]) or {}
+    meta = decoded_dict(exp["meta"])
     logs = meta.get("logs") or {}
     detail = str(meta.get("detail") or "")
     if stage == "does_not_apply":
@@ -245,7 +246,6 @@ def _ports(ph: _Phase) -> None:
 
 def results_table(db: sqlite_utils.Database, limit: int = RESULTS_SHOWN) -> str:
     """Everything measured in this workspace (the newest `limit`): effect, interval, status, why."""
-    from runner.record.history import parse_json
 
     found = store.results(db, limit)
     if not found:
@@ -257,10 +257,10 @@ def results_table(db: sqlite_utils.Database, limit: int = RESULTS_SHOWN) -> str:
             if r["effect"] is not None and r["ci_low"] is not None and r["ci_high"] is not None
             else "no effect measured"
         )
-        detail = str((parse_json(r["meta"]) or {}).get("detail") or "")
+        detail = str((decoded_dict(r["meta"])).get("detail") or "")
         why = "; ".join(x for x in (r["reason"] or "", detail[:160]) if x)
         lines.append(
-            f"  #{r['hypothesis_id']} exp {r['id']} {r['title']!r}: {r['status']}, {effect}"
+            f"  #{r['hypothesis_id']} exp {r['id']} {quoted(r['title'])}: {r['status']}, {effect}"
             + (f" ({why})" if why else "")
         )
     return "\n".join(lines)

@@ -2,9 +2,11 @@
 
 Pure Python and the standard library (no numpy, no scipy): the runner calls it after every batch.
 
-The package by concern: `policy` (how an experiment is judged, the planned looks), `paired` (the
+The package by concern: `kb.policy` (how an experiment is judged, the planned looks: a pure value
+kept below everything, so the config is validated by it too), `paired` (the
 statistics: screen, estimator, tests, t distribution), `decide` (verdicts, guards, the A/A
-self-test, planning figures) and `fmt` (how the numbers read). Everything public is re-exported
+self-test, planning figures), `judge` (the one judge of a look, which the loop and `redecide`
+both call) and `fmt` (how the numbers read). Everything public is re-exported
 here, and callers import it from `runner.stats`.
 
 Method, and why
@@ -69,6 +71,10 @@ guard metric was measured on fewer pairs than the keep (left out by the candidat
 interval's half-width is the noise floor, the smallest effect this setup can resolve.
 """
 
+from kb.policy import MIN_VALUES as MIN_VALUES
+from kb.policy import SPENDING_POWER as SPENDING_POWER
+from kb.policy import Direction as Direction
+from kb.policy import Policy as Policy
 from runner.stats.decide import Case as Case
 from runner.stats.decide import Decision as Decision
 from runner.stats.decide import Guard as Guard
@@ -87,6 +93,10 @@ from runner.stats.fmt import cell_interval as cell_interval
 from runner.stats.fmt import cell_pct as cell_pct
 from runner.stats.fmt import interval as interval
 from runner.stats.fmt import pct as pct
+from runner.stats.judge import Confirmation as Confirmation
+from runner.stats.judge import Rules as Rules
+from runner.stats.judge import confirm_keep as confirm_keep
+from runner.stats.judge import judge as judge
 from runner.stats.paired import EXACT_MAX as EXACT_MAX
 from runner.stats.paired import SCREEN_HALF_WINDOW as SCREEN_HALF_WINDOW
 from runner.stats.paired import SCREEN_K as SCREEN_K
@@ -95,11 +105,8 @@ from runner.stats.paired import SCREEN_MIN as SCREEN_MIN
 from runner.stats.paired import TRIM as TRIM
 from runner.stats.paired import benjamini_hochberg as benjamini_hochberg
 from runner.stats.paired import noise as noise
+from runner.stats.paired import pair_values as pair_values
 from runner.stats.paired import ratio_defined as ratio_defined
 from runner.stats.paired import side_value as side_value
 from runner.stats.paired import t_quantile as t_quantile
 from runner.stats.paired import t_sf as t_sf
-from runner.stats.policy import MIN_VALUES as MIN_VALUES
-from runner.stats.policy import SPENDING_POWER as SPENDING_POWER
-from runner.stats.policy import Direction as Direction
-from runner.stats.policy import Policy as Policy

@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
 from kb.errors import UserError
+from kb.policy import MIN_VALUES, Direction, Policy
+from kb.vocabulary import VERDICT_STATUS
 from runner.stats.fmt import finite, interval, pct
 from runner.stats.paired import (
     Evidence,
@@ -18,15 +20,11 @@ from runner.stats.paired import (
     t_quantile,
     unpaired_evidence,
 )
-from runner.stats.policy import MIN_VALUES, Direction, Policy
 
 Verdict = Literal["keep", "discard", "inconclusive", "continue"]
 
 
 K = TypeVar("K", bound=Hashable)
-
-
-_STATUS: dict[str, str] = {"keep": "kept", "discard": "discarded", "inconclusive": "inconclusive"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class Decision:
     @property
     def status(self) -> str | None:
         """The experiment status this verdict ends in (`kept`, ...); None while it continues."""
-        return _STATUS.get(self.verdict)
+        return VERDICT_STATUS.get(self.verdict)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict (infinite bounds, for too few pairs, become None)."""

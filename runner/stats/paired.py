@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import TypeVar
 
 from kb.errors import UserError
-from runner.stats.policy import MIN_VALUES, Policy
+from kb.policy import MIN_VALUES, Policy
 
 K = TypeVar("K", bound=Hashable)
 
@@ -231,6 +231,23 @@ def side_value(samples: Sequence[float]) -> float:
     if not samples:
         raise UserError("an invocation printed no sample of the metric")
     return float(statistics.median(samples))
+
+
+def pair_values(
+    sides_by_pair: Mapping[int, Mapping[str, Sequence[float]]],
+) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) values per complete pair, in pair order, from each pair's samples by
+    side ("A", "B"): several samples of one invocation reduce to their median (DESIGN: Measurement
+    words); a pair missing a side (interrupted mid-pair) is left out. The one rule for it: the loop,
+    the history and `redecide` all read pairs through it."""
+    base: list[float] = []
+    cand: list[float] = []
+    for pair in sorted(sides_by_pair):
+        sides = sides_by_pair[pair]
+        if sides.get("A") and sides.get("B"):
+            base.append(side_value(sides["A"]))
+            cand.append(side_value(sides["B"]))
+    return base, cand
 
 
 def benjamini_hochberg(p_values: Mapping[K, float]) -> dict[K, float]:

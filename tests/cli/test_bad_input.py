@@ -351,7 +351,7 @@ def set_key(config: Path, section: str, key: str, value: str) -> None:
             "fleet",
             "parallel",
             "99999999999999999999",
-            "fleet.parallel: Value error, 99999999999999999999 is too large",
+            "fleet.parallel: 99999999999999999999 is too large",
         ),
         ("policy", "min_effect", "nan", "policy.min_effect: Input should be a finite number (got nan)"),
         ("budget", "minutes", "inf", "budget.minutes: Input should be a finite number (got inf)"),

@@ -90,7 +90,7 @@ def test_redecide_lists_flips_and_saves(tmp_path: Path) -> None:
     assert quant["decisions"][-1]["origin"] == "redecide"
 
     bad = CliRunner().invoke(main, ["--workspace", str(h.ws.root), "redecide", "r1", "--alpha", "3"])
-    assert bad.exit_code == 1 and "alpha 3.0: must lie between 0 and 1" in bad.output
+    assert bad.exit_code == 1 and "alpha 3.0: must lie between 0 and 0.5" in bad.output
 
 
 def test_report_writes_markdown_and_html(finished_history: HistoryFixture, tmp_path: Path) -> None:

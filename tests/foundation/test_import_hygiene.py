@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ["litellm", "sky", "textual", "trafilatura", "git", "matplotlib"]
+HEAVY = ["litellm", "sky", "textual", "trafilatura", "git", "matplotlib", "mcp", "uvicorn"]
 
 
 def loaded_after(code: str) -> set[str]:

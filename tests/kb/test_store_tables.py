@@ -84,10 +84,9 @@ def test_shaped_refuses_drift_even_without_rows(db: sqlite_utils.Database, sql: 
 # The faces' frozen records that carry a whole table row (plus, for some, columns they join): the
 # same names and types as the row type, so the two shapes of one row cannot drift apart.
 def _records() -> list[tuple[type, str, set[str]]]:
-    from kb.store import decisions, experiments, llm_calls, workers
+    from kb.store import decisions, llm_calls, workers
 
     return [
-        (experiments.Experiment, "ExperimentRow", set()),
         (decisions.Decision, "DecisionRow", set()),
         (llm_calls.LlmCall, "LLMCallRow", set()),
         (workers.Worker, "WorkerRow", {"run_name", "run_status", "run_heartbeat"}),

@@ -158,7 +158,7 @@ def test_finish_ends_the_phase_and_ids_filter_by_status(db: sqlite_utils.Databas
     assert row is not None and (row["status"], row["phase"], row["ended_at"]) == ("kept", None, T + 5)
     assert experiments.ids_of_run(db, run, ["queued", "running"]) == [queued, queued + 1]
     assert experiments.ids_of_wave(db, wave, "candidate", ["kept", "queued"]) == [running, queued]
-    assert [e.id for e in experiments.of_run(db, run)] == [running, queued, queued + 1]
+    assert [e["id"] for e in experiments.of_run(db, run)] == [running, queued, queued + 1]
 
 
 # --- jobs ----------------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ def test_wheel_carries_every_package_and_data_file(wheels: dict[str, Path]) -> N
     }
     shipped = {n for n in files if n.startswith("autoresearch_examples/demo/")}
     assert shipped == demo
+    # The skill `autoresearch mcp --skill` prints and serves.
+    assert "tui/agents/SKILL.md" in files
     # The llama.cpp reference scripts: the repository root's files, as regular files.
     with zipfile.ZipFile(wheels["wheel"]) as zf:
         for name in ("autoresearch.sh", "autoresearch.checks.sh"):

@@ -80,6 +80,8 @@ class ScriptedLLM:
                             "code": status,
                         }
                     }
+                elif "payload" in spec:
+                    payload = spec["payload"]  # a whole answer as given (`choices: []`, say)
                 else:
                     content = str(spec.get("content", ""))
                     payload = {
@@ -104,7 +106,13 @@ class ScriptedLLM:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if spec.get("drip"):  # the body a byte at a time, `drip` seconds apart
+                        for byte in data:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(float(spec["drip"]))
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and went away
 

@@ -49,7 +49,7 @@ def test_every_face_approves_a_conflicting_patch_as_approved(tmp_path: Path) -> 
     runner = start_run(ws, RunOptions(parallel=1, self_test=False, final=False))
     try:
         commands.send(db, "approve", ids["runner"])
-        runner._commands()  # the command handler of the runner's loop, without running a wave
+        runner.steering.commands()  # the command handler of the runner's loop, without running a wave
     finally:
         assert runner.lock is not None
         runner.lock.release()
@@ -61,3 +61,51 @@ def test_every_face_approves_a_conflicting_patch_as_approved(tmp_path: Path) -> 
     assert handled["status"] == "done" and handled["result"].endswith("approved")
     logged = rows(db, "SELECT message FROM events WHERE kind = 'hypothesis.approve' ORDER BY id")
     assert [e["message"].rsplit("(", 1)[-1] for e in logged][-3:] == ["cli)", "tui)", f"run {runner.name})"]
+
+
+def test_a_command_row_with_bad_args_gets_the_answer_send_gives(tmp_path: Path) -> None:
+    """Command arguments are checked in one place (runner.commands.checked_args): `send` refuses a
+    bad one at the door, and the runner answers a row written some other way (an older client, a
+    script with sqlite3) with the very same words."""
+    import pytest
+
+    from kb.db import now, transaction
+    from kb.errors import UserError
+    from kb.store import commands as store
+
+    ws, target = make_workspace(tmp_path)
+    queue(ws, target, ["speedup"])
+    db = ws.db()
+    bad = [
+        ("focus", {"text": "   "}),
+        ("approval", {"on": "yes"}),
+        ("budget", {"usd": -1}),
+        ("budget", {"minutes": True}),
+        ("prioritize", {"priority": "high"}),
+    ]
+    said = []
+    for kind, args in bad:
+        with pytest.raises(UserError) as refused:
+            commands.send(db, kind, 1 if kind == "prioritize" else None, args)
+        said.append(str(refused.value))
+    runner = start_run(ws, RunOptions(parallel=1, self_test=False, final=False))
+    try:
+        with transaction(db):
+            for kind, args in bad:
+                store.create(
+                    db,
+                    {
+                        "kind": kind,
+                        "target_kind": commands.TARGETS[kind],
+                        "target_id": 1 if kind == "prioritize" else None,
+                        "args": args,
+                        "status": "pending",
+                        "created_at": now(),
+                    },
+                )
+        runner.steering.commands()
+    finally:
+        assert runner.lock is not None
+        runner.lock.release()
+    answered = rows(db, "SELECT status, result FROM commands ORDER BY id")
+    assert [(r["status"], r["result"]) for r in answered] == [("failed", words) for words in said]

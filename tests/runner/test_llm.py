@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -190,23 +191,87 @@ def test_no_model_is_a_one_line_error() -> None:
 
 
 def test_a_timeout_through_a_real_http_server(db, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A server error is retried within llm.timeout; the retry is answered."""
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    with ScriptedLLM([{"delay": 3.0, "content": VALID}, VALID]) as server:
+    with ScriptedLLM([{"status": 503, "content": "busy"}, VALID]) as server:
         c = LLMClient(
             db,
-            LLMConfig(model=server.litellm_model, api_base=server.base_url, timeout=0.5, max_retries=1),
+            LLMConfig(model=server.litellm_model, api_base=server.base_url, timeout=20, max_retries=1),
             backoff_s=0.01,
         )
         result = c.complete_structured("research", MESSAGES, Answer)
     assert result.value.title == "fuse rms norm"
     first, second = calls(db)
-    assert first["error"].startswith("Timeout") and first["duration_ms"] < 2500
+    assert first["error"].startswith("ServiceUnavailableError")
     assert second["error"] is None and second["cost_usd"] is None  # a local model has no price
     assert second["input_tokens"] == 100 and second["api_base"] == server.base_url
     # The key reached the server as litellm sends it, and is nowhere in the database.
     assert server.requests[-1]["_authorization"] == "Bearer dummy-key-for-tests"
     assert "dummy-key-for-tests" not in json.dumps(calls(db))
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+def test_a_server_dripping_its_answer_is_cut_at_the_deadline(  # type: ignore[no-untyped-def]
+    db, monkeypatch: pytest.MonkeyPatch, retries: int
+) -> None:
+    """llm.timeout is one deadline over the whole call (connect, headers, body, retries): a server
+    that sends its answer one byte a second cannot hold a 3-second call longer (issue 29: it held
+    an 8-second one for 131.6 s, and past 300 s with retries)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with ScriptedLLM([{"drip": 1.0, "content": VALID}]) as server:
+        config = LLMConfig(
+            model=server.litellm_model, api_base=server.base_url, timeout=3, max_retries=retries
+        )
+        c = LLMClient(db, config, backoff_s=0.2)
+        started = time.monotonic()
+        with pytest.raises(LLMError, match=r"Timeout: no answer within llm.timeout \(3 s\)"):
+            c.complete_structured("research", MESSAGES, Answer)
+        took = time.monotonic() - started
+    assert 2.9 < took < 4.5, took
+    logged = calls(db)
+    assert logged and all(row["error"].startswith("Timeout") for row in logged)
+    assert sum(row["duration_ms"] for row in logged) < 4500
+
+
+def test_the_deadline_holds_in_a_thread_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signals reach the main thread only: a call made in another thread is still cut at its deadline."""
+    import threading
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    outcome: list[BaseException | float] = []
+    with ScriptedLLM([{"drip": 1.0, "content": VALID}]) as server:
+        config = LLMConfig(model=server.litellm_model, api_base=server.base_url, timeout=2, max_retries=0)
+
+        def call() -> None:
+            started = time.monotonic()
+            try:
+                LLMClient(connect(tmp_path / "t.db"), config).complete_structured(
+                    "research", MESSAGES, Answer
+                )
+            except LLMError as exc:
+                outcome.extend([exc, time.monotonic() - started])
+
+        worker = threading.Thread(target=call)
+        worker.start()
+        worker.join(20)
+    assert len(outcome) == 2 and "no answer within llm.timeout (2 s)" in str(outcome[0])
+    assert isinstance(outcome[1], float) and outcome[1] < 3.5
+
+
+def test_an_answer_without_a_choice_is_one_line(db, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-tests")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    empty = {
+        "payload": {"id": "x", "object": "chat.completion", "created": 1, "model": "scripted", "choices": []}
+    }
+    with ScriptedLLM([empty]) as server:
+        config = LLMConfig(model=server.litellm_model, api_base=server.base_url, max_retries=1)
+        with pytest.raises(LLMError, match="after 2 attempts: EmptyAnswer: the answer holds no choice"):
+            LLMClient(db, config, backoff_s=0.01).complete_structured("research", MESSAGES, Answer)
+    assert [row["error"][:11] for row in calls(db)] == ["EmptyAnswer", "EmptyAnswer"]
 
 
 def test_the_schema_constrains_decoding_and_cut_off_answers_fail_whole(  # type: ignore[no-untyped-def]

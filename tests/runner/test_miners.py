@@ -11,7 +11,8 @@ import pytest
 from kb import gitrepo
 from kb.db import one, rows, update
 from runner.demo import DEMO_INVENTORY
-from runner.research.miners import claimed_effect, mine
+from runner.research.miners import mine
+from runner.research.miners.forks import claimed_effect
 from runner.research.priority import priority
 from tests.runner.research_support import make_target, make_workspace, seed_kb
 
@@ -32,8 +33,8 @@ def test_miners_turn_gaps_and_fork_commits_into_hypotheses(tmp_path: Path) -> No
     report = mine(ws, db)
 
     # One gap is missing in the target backend (cpu); the other is missing elsewhere only.
-    assert len(report.gap_added) == 1
-    gap_h = one(db, "SELECT * FROM hypotheses WHERE id = ?", [report.gap_added[0]])
+    assert len(report.added["gap"]) == 1
+    gap_h = one(db, "SELECT * FROM hypotheses WHERE id = ?", [report.added["gap"][0]])
     assert gap_h is not None
     assert gap_h["title"] == "Fuse RMS_NORM+MUL in the cpu backend"
     assert gap_h["origin"] == "miner:gap" and gap_h["status"] == "proposed"
@@ -61,7 +62,7 @@ def test_miners_turn_gaps_and_fork_commits_into_hypotheses(tmp_path: Path) -> No
     norm = by_sha[target.fork["norm"]]
     assert norm["apply_status"] == "conflict"
     assert "src/backend-cpu/ops-norm.c" in norm["apply_error"]
-    assert report.conflicts == [norm["hypothesis_id"]]
+    assert report.details["conflicts"] == [norm["hypothesis_id"]]
     assert report.skipped == {
         "not_missing_in_target": 1,
         "outside_paths_of_interest": 1,
@@ -74,7 +75,7 @@ def test_miners_turn_gaps_and_fork_commits_into_hypotheses(tmp_path: Path) -> No
     # Re-running adds nothing.
     count = one(db, "SELECT count(*) AS n FROM hypotheses")
     again = mine(ws, db)
-    assert again.gap_added == [] and again.fork_added == []
+    assert again.added == {"gap": [], "fork": []}
     assert again.skipped["already_mined"] == 3
     assert one(db, "SELECT count(*) AS n FROM hypotheses") == count
     assert one(db, "SELECT count(*) AS n FROM events WHERE kind = 'hypotheses.mine'") == {"n": 2}
@@ -109,7 +110,7 @@ def test_upstreamed_and_truncated_commits_are_not_mined(tmp_path: Path) -> None:
     db.execute("UPDATE commits SET upstreamed = 1 WHERE evidence_id = ?", [kb.commits["quant"]])
     db.execute("UPDATE commits SET diff_truncated = 1 WHERE evidence_id = ?", [kb.commits["norm"]])
     report = mine(ws, db)
-    assert report.fork_added == []
+    assert report.added["fork"] == []
     assert report.skipped["upstreamed"] == 1 and report.skipped["truncated_diff"] == 1
 
 
@@ -123,7 +124,7 @@ def test_paths_of_interest_empty_means_everything(tmp_path: Path) -> None:
     report = mine(ws2, ws2.db())
     assert "outside_paths_of_interest" not in report.skipped
     # quant and norm; the docs commit touches only docs: left out of the queue (hypotheses.skip_areas)
-    assert len(report.fork_added) == 2
+    assert len(report.added["fork"]) == 2
     assert report.skipped["skipped_area"] == 1 and report.left_out == {"docs": 1}
 
 
@@ -135,8 +136,8 @@ def test_gap_rows_in_the_other_meta_shapes(tmp_path: Path) -> None:
     db = ws.db()
     update(db, "evidence", kb.gap, {"meta": {"present": "accel, gpu", "missing": "cpu"}})
     report = mine(ws, db)
-    assert len(report.gap_added) == 1
-    assert _evidence(db, report.gap_added[0]) == {kb.gap, kb.fusions["accel"], kb.fusions["gpu"]}
+    assert len(report.added["gap"]) == 1
+    assert _evidence(db, report.added["gap"][0]) == {kb.gap, kb.fusions["accel"], kb.fusions["gpu"]}
 
 
 def test_claimed_effect() -> None:
@@ -187,7 +188,7 @@ def test_miners_on_the_demo_through_the_kb_ingestion_modules(tmp_path: Path) -> 
 
     report = mine(ws, db)
 
-    [gap_h] = report.gap_added
+    [gap_h] = report.added["gap"]
     gap = one(db, "SELECT id FROM evidence WHERE kind = 'gap' AND title = 'RMS_NORM+MUL'")
     accel = one(
         db,
@@ -207,4 +208,4 @@ def test_miners_on_the_demo_through_the_kb_ingestion_modules(tmp_path: Path) -> 
     assert len(patches) == 5 and report.skipped.get("outside_paths_of_interest") == 1
     assert patches["cpu: fuse RMS_NORM + MUL into one pass"] == "ok"
     assert patches["cpu: walk Q8_0 weights row by row in mul_mat"] == "ok"
-    assert mine(ws, db).fork_added == []
+    assert mine(ws, db).added["fork"] == []

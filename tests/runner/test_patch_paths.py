@@ -121,6 +121,7 @@ def test_queue_add_still_takes_an_honest_patch(
 
 
 @pytest.mark.slow
+@pytest.mark.forges_decisions
 def test_the_runner_refuses_what_reaches_it_and_keeps_the_honest_patch(tmp_path: Path) -> None:
     """Patches written straight into the database (as a miner or an old queue would) reach the
     runner: each attack ends `refused` before anything runs, the honest speedup in the same wave is

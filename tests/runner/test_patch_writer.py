@@ -51,7 +51,7 @@ def setup(tmp_path: Path) -> tuple[Target, Workspace, int]:
     seed_kb(ws, target)
     db = ws.db()
     report = mine(ws, db)
-    return target, ws, report.gap_added[0]
+    return target, ws, report.added["gap"][0]
 
 
 def client(ws: Workspace, mocks: list[str | BaseException], **config) -> LLMClient:  # type: ignore[no-untyped-def]
@@ -274,7 +274,7 @@ def test_a_prompt_too_long_for_a_local_server_is_asked_again_smaller(tmp_path: P
     ws = make_workspace(tmp_path, target)
     seed_kb(ws, target)
     db = ws.db()
-    gap_h = mine(ws, db).gap_added[0]
+    gap_h = mine(ws, db).added["gap"][0]
     good = good_diff(target)
     window = 6000  # tokens; the server counts 3 characters a token
 

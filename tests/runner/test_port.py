@@ -97,7 +97,7 @@ def test_mining_rebases_one_and_leaves_the_other_waiting(moved: dict[str, Any]) 
     ws = moved["ws"]
     db = ws.db()
     report = mine(ws, db)
-    assert len(report.rebased) == 1 and len(report.needs_port) == 1
+    assert len(report.details["rebased"]) == 1 and len(report.details["needs_port"]) == 1
     query = "SELECT p.*, h.status, h.notes FROM patches p JOIN hypotheses h ON h.id = p.hypothesis_id"
     by_sha = {r["author"]: r for r in rows(db, query)}
     merged, waiting = by_sha[moved["merge"]], by_sha[moved["port"]]

@@ -19,7 +19,7 @@ from kb.workspace import Workspace
 from runner import profile
 from runner.hypotheses import runnable
 from runner.rank import rerank
-from runner.research.miners import FORK_EFFECT
+from runner.research.miners.forks import FORK_EFFECT
 from tests.runner.queue_support import TEST_QUEUE, MinedQueue, copy_queue
 from tui.cli import main
 

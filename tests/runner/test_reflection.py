@@ -32,7 +32,7 @@ def setup(tmp_path: Path) -> tuple[Workspace, int, list[int]]:
     seed_kb(ws, target)
     db = ws.db()
     mined = mine(ws, db)
-    ids = mined.gap_added + mined.fork_added
+    ids = mined.added["gap"] + mined.added["fork"]
     return ws, seed_wave(ws, target.baseline, ids), ids
 
 

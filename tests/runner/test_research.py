@@ -118,7 +118,7 @@ def test_generate_adds_rejects_and_merges(tmp_path: Path) -> None:
     target, ws, kb = setup(tmp_path)
     db = ws.db()
     mined = mine(ws, db)
-    gap_h = mined.gap_added[0]
+    gap_h = mined.added["gap"][0]
     seed_wave(ws, target.baseline, [])
     answer = research_answer(
         kb,
@@ -216,7 +216,7 @@ def test_reflections_reach_the_next_research_phase(tmp_path: Path) -> None:
     target, ws, kb = setup(tmp_path)
     db = ws.db()
     mined = mine(ws, db)
-    wave = seed_wave(ws, target.baseline, mined.gap_added + mined.fork_added)
+    wave = seed_wave(ws, target.baseline, mined.added["gap"] + mined.added["fork"])
     note = reflect_on_wave(ws, db, wave)  # no model configured: the plain summary
     generate(ws, db, mock_client(ws, [QUERIES, research_answer(kb)]), n=2)
     [queries] = prompts(ws, "queries")

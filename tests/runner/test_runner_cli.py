@@ -49,7 +49,7 @@ def test_queue_add_and_list(ws_target: tuple[Workspace, Path], tmp_path: Path) -
         "--source",
         "https://example.org/paper",
         "--source",
-        "fork:ik_llama.cpp@abc1234",
+        "note:ik_llama.cpp@abc1234 does it",
         "--source",
         "note:seen in a  profile",
         "--json",
@@ -59,7 +59,7 @@ def test_queue_add_and_list(ws_target: tuple[Workspace, Path], tmp_path: Path) -
     assert added["files"] == ["prog.c"]
     assert added["sources"] == [
         "https://example.org/paper",
-        "fork:ik_llama.cpp@abc1234",
+        "note:ik_llama.cpp@abc1234 does it",
         "note:seen in a profile",
     ]
     listed = json.loads(invoke(ws, "queue", "list", "--json").output)

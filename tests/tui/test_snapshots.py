@@ -92,3 +92,17 @@ def test_detail_screens(
 ) -> None:
     app = app_on(tui_template.root, pane=pane)
     assert snap_compare(app, terminal_size=size, run_before=keys(*presses))
+
+
+def test_hostile_text(snap_compare: Snap, app_on: AppFactory, tui_ws: Path) -> None:
+    """Issue 29: a hypothesis title and a fork commit's subject holding an OSC 52 clipboard write,
+    an OSC 0 title, a screen clear, hidden text, a bidi override and Rich markup, drawn inert."""
+    from kb.db import transaction, update
+    from kb.workspace import Workspace
+    from tests.hostile_support import PAYLOAD
+
+    db = Workspace(tui_ws).db()
+    with transaction(db):
+        update(db, "hypotheses", 1, {"title": f"Fuse {PAYLOAD} on the CPU"})  # the first row
+    app = app_on(tui_ws, pane="hypotheses")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=keys("enter"))

@@ -32,6 +32,7 @@ COMMANDS: CommandMap = {
     "llm": ("tui.cli.llm_cmd", "cli", "LLM calls log."),
     "fleet": ("tui.cli.fleet_cmd", "cli", "Fleet workers and clusters: status, down."),
     "tui": ("tui.cli.tui_cmd", "cli", "Open the Textual console on a workspace."),
+    "mcp": ("tui.cli.mcp_cmd", "cli", "Serve the workspace to coding agents over MCP (stdio or HTTP)."),
     "demo": ("tui.cli.demo_cmd", "cli", "Run the whole loop on the bundled example target."),
     "doctor": ("tui.cli.doctor_cmd", "cli", "Print paths, versions and terminal settings."),
 }

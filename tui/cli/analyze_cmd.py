@@ -20,6 +20,7 @@ from kb.errors import UserError
 from kb.files import read_text
 from runner.harness.protocol import plain_number
 from runner.stats import Case, Decision, Direction, Policy, decide_wave
+from tui.cli.common import echo
 from tui.cli.params import Number, PathArg, count
 
 _BATCH_KEYS = {"id", "baseline", "candidate", "paired", "direction", "min_effect", "max_pairs"}
@@ -106,7 +107,7 @@ def cli(
             if line in ids:
                 record["id"] = ids[line]
             record.update(decision.to_json())
-            click.echo(json.dumps(record, allow_nan=False))
+            echo(json.dumps(record, allow_nan=False))
         return
     if baseline_path is None or candidate_path is None:
         raise UserError("analyze: give --baseline FILE and --candidate FILE, or --batch FILE.jsonl")
@@ -121,9 +122,9 @@ def cli(
     case = Case(baseline, candidate, paired=paired)
     decision = decide_wave({"case": case}, policy)["case"]
     if as_json:
-        click.echo(json.dumps({"paired": paired, **decision.to_json()}, allow_nan=False))
+        echo(json.dumps({"paired": paired, **decision.to_json()}, allow_nan=False))
     else:
-        click.echo(format_decision(decision, paired=paired))
+        echo(format_decision(decision, paired=paired))
 
 
 def read_numbers(path: Path) -> list[float]:

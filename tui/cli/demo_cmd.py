@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tui.cli.common import echo_json, json_option
+from tui.cli.common import echo, echo_json, json_option
 from tui.cli.params import PathArg
 
 
@@ -61,20 +61,20 @@ def cli(
             line = f"==> {line}"
         else:
             line = f"{_clock(time.monotonic() - started)} {line}"
-        click.echo(line, err=as_json)
+        echo(line, err=as_json)
         sys.stdout.flush()
 
     try:
         result = run_demo(options, progress)
     except KeyboardInterrupt:
-        click.echo(_after_interrupt(options.directory.expanduser().resolve()), err=True)
+        echo(_after_interrupt(options.directory.expanduser().resolve()), err=True)
         sys.exit(130)
     if as_json:
         echo_json(result.to_json())
     else:
-        click.echo("")
+        echo("")
         for line in summary_lines(result):
-            click.echo(line)
+            echo(line)
     if result.run_status == "failed":
         raise click.ClickException(f"the demo's run failed: {result.error}")
 

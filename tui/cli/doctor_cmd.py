@@ -9,7 +9,7 @@ from importlib import metadata
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 
 TERMINAL_VARS = ("TERM", "COLORTERM", "TEXTUAL_COLOR_SYSTEM", "TEXTUAL_ANIMATIONS", "TEXTUAL_FPS", "ESCDELAY")
 PRIVACY_VARS = ("SKYPILOT_DISABLE_USAGE_COLLECTION", "DO_NOT_TRACK", "LITELLM_LOCAL_MODEL_COST_MAP")
@@ -54,8 +54,8 @@ def cli(ctx: click.Context, as_json: bool) -> None:
         return
     for key, value in info.items():
         if isinstance(value, dict):
-            click.echo(f"{key}:")
+            echo(f"{key}:")
             for sub, sub_value in value.items():
-                click.echo(f"  {sub:<34} {sub_value if sub_value is not None else '-'}")
+                echo(f"  {sub:<34} {sub_value if sub_value is not None else '-'}")
         else:
-            click.echo(f"{key:<16} {value if value is not None else '-'}")
+            echo(f"{key:<16} {value if value is not None else '-'}")

@@ -6,13 +6,13 @@ SkyPilot clusters down through runner/fleet/skypilot/ (whose `sdk` is the one mo
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from kb.jsoncol import decoded_dict
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, Number
 
 if TYPE_CHECKING:
@@ -27,8 +27,7 @@ def cli() -> None:
 
 
 def _meta(raw: str | None) -> dict[str, Any]:
-    value = json.loads(raw) if raw else {}
-    return value if isinstance(value, dict) else {}
+    return decoded_dict(raw)
 
 
 def _age(seconds: float) -> str:
@@ -109,7 +108,7 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
         echo_json({"workers": workers, "runs": totals})
         return
     if not workers:
-        click.echo("No workers" + ("." if show_all else " up (--all shows past ones)."))
+        echo("No workers" + ("." if show_all else " up (--all shows past ones)."))
         return
     headers = ["id", "run", "name", "backend", "status", "phase", "noise", "$/h", "cost", "age", "reason"]
     if refresh:
@@ -133,9 +132,9 @@ def status(ctx: click.Context, show_all: bool, run_id: int | None, refresh: bool
             line.insert(6, w.get("sky_status", ""))
         table.append(line)
     echo_table(headers, table)
-    click.echo("")
+    echo("")
     for t in totals:
-        click.echo(
+        echo(
             f"run {t['run']} ({t['status']}): VM ${t['vm_usd']:.4f} "
             f"(experiments ${t['experiments_usd']:.4f}), LLM ${t['llm_usd']:.4f}"
         )
@@ -173,9 +172,9 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
     chosen = [c for c in candidates if c not in kept]
     if not as_json:
         for c in kept:
-            click.echo(f"kept {c.name}: its run {c.run_id} is live (--all downs it too)", err=True)
+            echo(f"kept {c.name}: its run {c.run_id} is live (--all downs it too)", err=True)
         if chosen:
-            click.echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
+            echo(f"downing {len(chosen)} cluster(s): {', '.join(c.name for c in chosen)}", err=True)
     started = time.monotonic()
     after = down_workers(db, [c.id for c in chosen], wait=wait) if chosen else []
     results = [
@@ -198,7 +197,7 @@ def down(ctx: click.Context, down_all: bool, run_id: int | None, wait: float, as
             }
         )
     elif not chosen:
-        click.echo("Nothing to down.")
+        echo("Nothing to down.")
     else:
         echo_table(
             ["id", "name", "run", "teardown"],

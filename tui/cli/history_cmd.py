@@ -6,16 +6,17 @@ Each command opens the workspace database in its own process and only reads, exc
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from kb.textsafe import utc_time
 from kb.vocabulary import STOP_MEANINGS, gain_words, help_epilog, legend
 from runner.stats import cell_interval, cell_pct
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT, Number, PathArg, count
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def _when(ts: float | None) -> str:
-    return "" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+    return utc_time(ts, none="")
 
 
 def _short(sha: str | None) -> str:
@@ -36,29 +37,29 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     from runner.record import history
 
     stopped = f" ({run.stop_reason}: {STOP_MEANINGS.get(run.stop_reason, '')})" if run.stop_reason else ""
-    click.echo(f"Run {run.id} {run.name}: {run.status}{stopped}")
-    click.echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
+    echo(f"Run {run.id} {run.name}: {run.status}{stopped}")
+    echo(f"  started {_when(run.started_at)}, ended {_when(run.ended_at) or '-'}")
     if run.imported_from:
         from runner.record.import_summary import summary_lines
 
-        click.echo(f"  imported from {run.imported_from}")
+        echo(f"  imported from {run.imported_from}")
         for line in summary_lines(run.summary):
-            click.echo(f"  {line}")
+            echo(f"  {line}")
     if run.branch:
-        click.echo(f"  branch {run.branch}: {_short(run.baseline_commit)} -> {_short(run.head_commit)}")
+        echo(f"  branch {run.branch}: {_short(run.baseline_commit)} -> {_short(run.head_commit)}")
     if run.policy:
-        click.echo(f"  policy {run.policy_shown}")
+        echo(f"  policy {run.policy_shown}")
     if run.self_test:
         passed = run.self_test.get("passed")
-        click.echo(
+        echo(
             f"  self-test {'passed' if passed else 'failed' if passed is False else '?'}: "
             f"noise floor ±{cell_pct(run.noise_floor).lstrip('+')}"
         )
     exps = history.experiments(db, run.id)
     isolation = history.isolation_summary(exps)
     if isolation:
-        click.echo(f"  isolation {isolation}")
-    click.echo("")
+        echo(f"  isolation {isolation}")
+    echo("")
     wave_rows = history.waves(db, run.id)
     if wave_rows:
         echo_table(
@@ -68,7 +69,7 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
                 for w in wave_rows
             ],
         )
-        click.echo("")
+        echo("")
     echo_table(
         ["ID", "WAVE", "KIND", "STATUS", "VERDICT", "EFFECT", "CI", "PAIRS", "TITLE"],
         [
@@ -90,27 +91,27 @@ def _print_run(db: sqlite_utils.Database, run: RunInfo, *, with_samples: bool) -
     )
     if any(e.effect is not None for e in exps):
         direction = str(run.policy.get("direction") or "higher")
-        click.echo(f"  EFFECT: the {gain_words(run.metric or 'the primary metric', direction)}")
+        echo(f"  EFFECT: the {gain_words(run.metric or 'the primary metric', direction)}")
     meanings = legend(e.status for e in exps)
     if meanings:  # what each status word in the table means, one line each
-        click.echo("")
-        click.echo("Statuses:")
+        echo("")
+        echo("Statuses:")
         for line in meanings:
-            click.echo(f"  {line}")
+            echo(f"  {line}")
     winners = history.winners(db, run.id)
     if winners:
-        click.echo("")
-        click.echo("Winners:")
+        echo("")
+        echo("Winners:")
         for w in winners:
-            click.echo(f"  {w['position']}. {_short(w['commit_sha'])} #{w['experiment_id']} {w['title']}")
-            click.echo(f"     {w['patch_file']}")
+            echo(f"  {w['position']}. {_short(w['commit_sha'])} #{w['experiment_id']} {w['title']}")
+            echo(f"     {w['patch_file']}")
     if with_samples:
         for e in exps:
             found = history.samples(db, e.id)
             if not found:
                 continue
-            click.echo("")
-            click.echo(f"Samples of #{e.id} {e.title}:")
+            echo("")
+            echo(f"Samples of #{e.id} {e.title}:")
             echo_table(
                 ["PAIR", "SIDE", "METRIC", "SEQ", "VALUE"],
                 [(s.pair, s.side, s.metric, s.seq, s.value) for s in found],
@@ -142,7 +143,7 @@ def history(ctx: click.Context, run_ref: str | None, samples: bool, as_json: boo
         return
     found = hist.runs(db)
     if not found:
-        click.echo("No runs yet. Start one with: autoresearch run")
+        echo("No runs yet. Start one with: autoresearch run")
         return
     echo_table(
         ["ID", "NAME", "STATUS", "STARTED", "WAVES", "EXPERIMENTS", "KEPT", "WINNERS", "NOISE FLOOR"],
@@ -187,9 +188,9 @@ def report(ctx: click.Context, run_ref: str, fmt: str, output: Path | None, as_j
     if as_json:
         echo_json({"report": str(written.path), "plot": str(written.plot) if written.plot else None})
         return
-    click.echo(f"Wrote {written.path}")
+    echo(f"Wrote {written.path}")
     if written.plot:
-        click.echo(f"  plot {written.plot}")
+        echo(f"  plot {written.plot}")
 
 
 def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
@@ -208,6 +209,12 @@ def _fallback_policy(ctx: click.Context) -> dict[str, Any]:
 @click.option("--max-pairs", type=count(), default=None, help="The cap on pairs per experiment.")
 @click.option("--save", is_flag=True, help="Store the new verdicts (origin redecide, not final).")
 @click.option("--all", "show_all", is_flag=True, help="List every experiment, not only the flips.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Replay every look the run recorded through the same judge, on the same samples; exit 1 "
+    "if any differs.",
+)
 @json_option
 @click.pass_context
 def redecide(
@@ -218,14 +225,25 @@ def redecide(
     max_pairs: int | None,
     save: bool,
     show_all: bool,
+    check: bool,
     as_json: bool,
 ) -> None:
     """Re-decide every experiment of RUN from its stored samples under another policy; list what
-    flips (old verdict -> new verdict). The run's own decisions and statuses are never changed."""
+    flips (old verdict -> new verdict). The run's own decisions and statuses are never changed.
+
+    With --check, nothing is re-decided: every look the loop recorded is judged again from the
+    stored samples, with the policy, guards and wave it was judged with, and must come out the same."""
     from runner.record.redecide import format_flip
     from runner.record.redecide import redecide as run_redecide
 
     ws = workspace(ctx)
+    if check:
+        if min_effect is not None or alpha is not None or max_pairs is not None or save:
+            raise click.UsageError(
+                "--check replays the run's own policy: it takes no policy option or --save"
+            )
+        _check(ws.db(), run_ref, as_json)
+        return
     result = run_redecide(
         ws.db(),
         run_ref,
@@ -239,19 +257,42 @@ def redecide(
         echo_json(result.to_json())
         return
     p = result.policy
-    click.echo(
+    echo(
         f"Run {result.run.name}: {len(result.items)} experiments re-decided on {result.metric} "
         f"(min_effect {p.min_effect:.2%}, alpha {p.alpha}, max_pairs {p.max_pairs}): "
         f"{len(result.flips)} flip(s)"
     )
     for item in result.items if show_all else result.flips:
-        click.echo(("  * " if item.flipped else "    ") + format_flip(item))
+        echo(("  * " if item.flipped else "    ") + format_flip(item))
     if result.skipped:
-        click.echo(f"  {len(result.skipped)} not re-decided:")
+        echo(f"  {len(result.skipped)} not re-decided:")
         for why, n in Counter(str(s["why"]) for s in result.skipped).most_common():
-            click.echo(f"    {n} x {why}")
+            echo(f"    {n} x {why}")
     if save:
-        click.echo(f"  saved {result.saved} decisions (origin redecide)")
+        echo(f"  saved {result.saved} decisions (origin redecide)")
+
+
+def _check(db: Any, run_ref: str, as_json: bool) -> None:
+    from runner.record.redecide import check
+
+    result = check(db, run_ref)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        echo(
+            f"Run {result.run.name}: {len(result.replays)} recorded looks replayed, "
+            f"{len(result.mismatches)} differ"
+            + (
+                f"; {result.unchecked} recorded without their wave (not replayable)"
+                if result.unchecked
+                else ""
+            )
+            + (f"; {len(result.unverifiable)} whose samples were withdrawn" if result.unverifiable else "")
+        )
+        for r in result.mismatches:
+            echo(f"  * exp {r.experiment_id} look at {r.pairs} pairs (decision {r.decision_id}): {r.why}")
+    if result.mismatches:
+        sys.exit(1)
 
 
 def _skipped(kind: str, n: int) -> str:
@@ -334,21 +375,21 @@ def import_(
         statuses=statuses,
     )
     for s in result.skipped:
-        click.echo(f"warning: {result.path}:{s.line}: {cap(s.reason, 300)}; {s.action}", err=True)
+        echo(f"warning: {result.path}:{s.line}: {cap(s.reason, 300)}; {s.action}", err=True)
     if as_json:
         echo_json(result.to_json())
         return
     for r in result.runs:
         pi = "" if r.pi_confidence is None else f"; pi confidence {r.pi_confidence:.1f}x"
-        click.echo(
+        echo(
             f"Imported run {r.id} {r.name}: {r.experiments} experiments, {r.kept} kept "
             f"({r.metric}, {r.direction} is better{pi})"
         )
-    click.echo(
+    echo(
         f"{result.lines} lines read ({result.format}), {result.imported_lines} imported as experiments"
         + "".join(f", {_skipped(kind, n)}" for kind, n in result.ignored.items())
         + "".join(f", {n} malformed lines {action} (--lenient)" for action, n in result.malformed.items())
     )
     for note, n in sorted(result.notes.items(), key=lambda item: -item[1]):
-        click.echo(f"  {n} x {note}")
-    click.echo("Browse with: autoresearch history --run NAME; re-analyse with: autoresearch redecide NAME")
+        echo(f"  {n} x {note}")
+    echo("Browse with: autoresearch history --run NAME; re-analyse with: autoresearch redecide NAME")

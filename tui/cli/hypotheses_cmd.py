@@ -6,14 +6,15 @@ inside the command: `hypotheses list` and `hypotheses mine` never import it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS
-from tui.cli.common import echo_json, echo_table, json_option, workspace
-from tui.cli.params import MAX_INT, ROW_ID, Number
+from kb.jsoncol import decoded_dict
+from kb.textsafe import inert
+from kb.vocabulary import HYPOTHESIS_STATUSES, OUTCOMES, SORTS, SOURCE_FORMS
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
+from tui.cli.params import MAX_INT, ROW_ID, TEXT, Number
 
 _MODEL = click.option(
     "--model", default=None, help="litellm model string (default: llm.model in the config)."
@@ -33,11 +34,59 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@cli.command("add")
+@click.argument("title", type=TEXT)
+@click.option(
+    "--evidence",
+    "evidence_ids",
+    type=ROW_ID,
+    multiple=True,
+    help="An evidence id it cites (repeatable; `autoresearch kb search` finds them).",
+)
+@click.option("--source", "sources", multiple=True, help=f"Provenance (repeatable): {SOURCE_FORMS}.")
+@click.option("--rationale", default="", help="Why it should help (what the evidence says).")
+@click.option("--expected-effect", type=Number(), default=None, help="Expected gain, e.g. 0.05 for +5%.")
+@json_option
+@click.pass_context
+def add(
+    ctx: click.Context,
+    title: str,
+    evidence_ids: tuple[int, ...],
+    sources: tuple[str, ...],
+    rationale: str,
+    expected_effect: float | None,
+    as_json: bool,
+) -> None:
+    """Propose a hypothesis of your own, citing its evidence (at least one --evidence or --source).
+
+    It waits as `proposed`; queue a patch for it with `autoresearch queue add PATCH --hypothesis ID`
+    (or approve it for the autopilot's patch writer)."""
+    from runner.submit import propose
+
+    added = propose(
+        workspace(ctx),
+        title,
+        evidence_ids=evidence_ids,
+        sources=sources,
+        rationale=rationale,
+        expected_effect=expected_effect,
+    )
+    if as_json:
+        echo_json(added.to_json())
+        return
+    echo(f"proposed hypothesis {added.hypothesis}: {added.title}")
+    if added.evidence:
+        echo(f"  cites   evidence {', '.join(map(str, added.evidence))}")
+    if added.sources:
+        echo(f"  sources {', '.join(added.sources)}")
+
+
 @cli.command("mine")
 @json_option
 @click.pass_context
 def mine(ctx: click.Context, as_json: bool) -> None:
-    """Turn backend gaps and fork commits into hypotheses (no LLM). Re-running adds nothing twice."""
+    """Turn what the knowledge base holds (backend gaps, fork commits, ...) into hypotheses, with
+    every registered miner (no LLM). Re-running adds nothing twice."""
     from runner.research.miners import mine as run_miners
 
     ws = workspace(ctx)
@@ -46,50 +95,25 @@ def mine(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(
-        f"Added {len(report.gap_added)} backend-gap and {len(report.fork_added)} fork-commit hypotheses"
-        + (
-            f" ({len(report.conflicts)} fork patches do not apply to the baseline as they are: "
-            f"{len(report.rebased)} rebased by a three-way merge, {len(report.needs_port)} "
-            f"{'waits' if len(report.needs_port) == 1 else 'wait'} as needs_port)"
-            if report.conflicts
-            else ""
-        )
-    )
+    echo(report.line())
     if report.skipped:
-        click.echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
+        echo("Skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())))
     if report.left_out:
         top = sorted(report.left_out.items(), key=lambda kv: (-kv[1], kv[0]))
-        click.echo(
+        echo(
             "Left out of the queue (browsable with `autoresearch kb commits`): "
             + ", ".join(f"{what} {n}" for what, n in top[:12])
             + (f", ... ({len(top) - 12} more kinds)" if len(top) > 12 else "")
         )
     if report.ranked:
-        click.echo(
+        echo(
             f"Ranked {report.ranked['ranked']} hypotheses; {report.ranked['families']} families of fork "
             f"commits on the same functions ({report.ranked['in_families']} hypotheses in them)"
         )
-    if not report.gap_added and not report.fork_added:
+    if not report.all_added:
         for line in _why_nothing_mined(db, report.skipped, ws.settings.kb.inventory.target_backend):
-            click.echo(line)
+            echo(line)
 
-
-# What each skip reason means and what would change it.
-_SKIP_HELP = {
-    "already_mined": "already a hypothesis (see `hypotheses list`)",
-    "not_missing_in_target": "gaps the target backend ({target}) does not have: kb.inventory.target_backend "
-    "names the backend being optimised",
-    "outside_paths_of_interest": "fork commits outside target.paths_of_interest (widen it in the config)",
-    "upstreamed": "fork commits the target already has (same patch-id)",
-    "already_in_baseline": "fork commits whose change the baseline already contains",
-    "protected_path": "fork commits that touch a protected path (the benchmark, checks, target.protect)",
-    "truncated_diff": "fork commits whose diff was cut at kb.max_commit_diff_bytes",
-    "empty_diff": "fork commits with no diff (merges)",
-    "not_target_backend": "fork commits that touch only other backends' files "
-    "(hypotheses.skip_other_backends)",
-    "skipped_area": "fork commits that touch only hypotheses.skip_areas (docs, web UI, server, build, ...)",
-}
 
 _FILL_QUEUE = (
     "Papers become hypotheses only through a model (`autoresearch hypotheses generate --model MODEL`) or a "
@@ -100,6 +124,7 @@ _FILL_QUEUE = (
 def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[str]:
     """Why `mine` added nothing, and what would give it something to mine."""
     from kb.store.knowledge import fork_count, gap_count
+    from runner.research.miners import reasons
 
     gaps = gap_count(db)
     forks = fork_count(db)
@@ -114,8 +139,9 @@ def _why_nothing_mined(db: Any, skipped: dict[str, int], target: str) -> list[st
             "  No forks: `autoresearch kb add-fork NAME URL` fetches one; its commits that touch "
             "target.paths_of_interest become hypotheses."
         )
+    meaning = reasons()
     for reason, n in sorted(skipped.items()):
-        lines.append(f"  {n} skipped: {_SKIP_HELP.get(reason, reason).format(target=target)}.")
+        lines.append(f"  {n} skipped: {meaning.get(reason, reason).format(target=target)}.")
     lines.append("  " + _FILL_QUEUE)
     return lines
 
@@ -143,14 +169,14 @@ def generate(
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(f"Bottleneck: {report.bottleneck.get('verdict')}")
-    click.echo(f"Queries: {'; '.join(report.queries)}")
-    click.echo(f"Evidence shown: {len(report.evidence_shown)} items")
-    click.echo(f"Added {len(report.added)} hypotheses: {', '.join(f'#{i}' for i in report.added) or '-'}")
+    echo(f"Bottleneck: {report.bottleneck.get('verdict')}")
+    echo(f"Queries: {'; '.join(report.queries)}")
+    echo(f"Evidence shown: {len(report.evidence_shown)} items")
+    echo(f"Added {len(report.added)} hypotheses: {', '.join(f'#{i}' for i in report.added) or '-'}")
     for merged in report.merged:
-        click.echo(f"Merged into #{merged['into']}: {merged['title']}")
+        echo(f"Merged into #{merged['into']}: {merged['title']}")
     for rejected in report.rejected:
-        click.echo(f"Rejected: {rejected['title']}: {rejected['reason']}")
+        echo(f"Rejected: {rejected['title']}: {rejected['reason']}")
 
 
 @cli.command("patch")
@@ -186,7 +212,7 @@ def patch(
         echo_json([o.to_json() for o in outcomes])
         return
     if not outcomes:
-        click.echo("No hypothesis needs a patch.")
+        echo("No hypothesis needs a patch.")
         return
     echo_table(
         ["hypothesis", "status", "patch", "attempts", "reason"],
@@ -224,13 +250,13 @@ def reflect(
             {
                 "wave": wave,
                 "evidence_id": evidence_id,
-                "meta": json.loads((note.meta if note else None) or "{}"),
+                "meta": decoded_dict(note.meta if note else None),
                 "body": note.body if note else None,
             }
         )
         return
-    click.echo(f"Reflection stored as evidence {evidence_id}:\n")
-    click.echo(note.body if note else "")
+    echo(f"Reflection stored as evidence {evidence_id}:\n")
+    echo(note.body if note else "")
 
 
 _LIST_LIMIT = 50
@@ -322,17 +348,15 @@ def _family(h: Any) -> str:
 def _footer(page: Any, flt: Any) -> None:
     first, last = page.offset + 1, page.offset + len(page.rows)
     filters = f"; {flt.describe()}" if flt.describe() else ""
-    click.echo(f"\n{first:,}-{last:,} of {page.total:,} (sorted by {flt.sort}{filters}).", nl=False)
+    echo(f"\n{first:,}-{last:,} of {page.total:,} (sorted by {flt.sort}{filters}).", nl=False)
     if page.remaining:
-        click.echo(f" {page.remaining:,} more: --offset {last} (--limit N for more per page).")
+        echo(f" {page.remaining:,} more: --offset {last} (--limit N for more per page).")
     else:
-        click.echo("")
+        echo("")
     if any(h.priority_set for h in page.rows):
-        click.echo(
-            "* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it."
-        )
+        echo("* a person set the priority: above 0 it goes before the ranked queue, 0 or below after it.")
     if any(h.waits_behind is not None for h in page.rows):
-        click.echo(
+        echo(
             "family F/N: one of N fork commits on the same functions; `waits #ID`: it runs after every "
             "hypothesis that does not wait, once #ID (its family's best) has been measured."
         )
@@ -340,18 +364,16 @@ def _footer(page: Any, flt: Any) -> None:
 
 def _nothing_listed(flt: Any) -> None:
     if flt.describe():
-        click.echo(f"No hypotheses with {flt.describe()} (`autoresearch hypotheses list` shows them all).")
+        echo(f"No hypotheses with {flt.describe()} (`autoresearch hypotheses list` shows them all).")
         return
-    click.echo("No hypotheses. To fill the queue:")
-    click.echo(
+    echo("No hypotheses. To fill the queue:")
+    echo(
         "  autoresearch hypotheses mine       backend gaps (kb inventory) and fork commits "
         "(kb add-fork); no model needed"
     )
-    click.echo(
-        "  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)"
-    )
-    click.echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
-    click.echo(_FILL_QUEUE)
+    echo("  autoresearch hypotheses generate   a model reads the knowledge base (--model, or llm.model)")
+    echo("  autoresearch queue add PATCH -t T  a patch of your own (--source paper:ID cites a paper)")
+    echo(_FILL_QUEUE)
 
 
 @cli.command("rank")
@@ -366,35 +388,10 @@ def rank(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_json())
         return
-    click.echo(
+    echo(
         f"Ranked {report.ranked} hypotheses in {report.seconds:.2f} s; {report.families} families of fork "
         f"commits on the same functions ({report.in_families} hypotheses in them)."
     )
-
-
-def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from kb.errors import UserError
-    from kb.store import hypotheses as store
-
-    stored = store.stored(db, hypothesis_id)
-    if stored is None:
-        raise UserError(f"hypothesis {hypothesis_id}: no such hypothesis")
-    family = stored["family"]
-    row: dict[str, Any] = dict(stored)
-    row["evidence"] = [asdict(e) for e in store.cited_sources(db, hypothesis_id)]
-    row["sources"] = store.source_refs(db, hypothesis_id)
-    row["patches"] = [asdict(p) for p in store.patches(db, hypothesis_id)]
-    from kb.store.queue import queue_row
-
-    queued = queue_row(db, hypothesis_id)
-    row["rank_why"] = queued.rank_why
-    row["priority_set"] = queued.priority_set
-    row["outcome"] = queued.outcome
-    row["waits_behind"] = queued.waits_behind
-    row["family_members"] = [asdict(m) for m in store.family(db, family)] if family is not None else []
-    return row
 
 
 @cli.command("show")
@@ -403,20 +400,22 @@ def _details(db: Any, hypothesis_id: int) -> dict[str, Any]:
 @click.pass_context
 def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     """One hypothesis: rationale, evidence, patches."""
+    from runner.hypotheses import details
+
     db = workspace(ctx).db()
-    h = _details(db, hypothesis_id)
+    h = details(db, hypothesis_id)
     if as_json:
         echo_json(h)
         return
     outcome = f", outcome {h['outcome']}" if h["outcome"] else ""  # the latest experiment's status
-    click.echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
+    echo(f"#{h['id']} [{h['status']}{outcome}] {h['title']}")
     if h.get("repeat_of"):
-        click.echo(f"a repeat of #{h['repeat_of']}: already measured here, not run again")
+        echo(f"a repeat of #{h['repeat_of']}: already measured here, not run again")
     if h.get("wave_id"):
-        click.echo(f"proposed after the post-mortem of wave {h['wave_id']} (wave id)")
+        echo(f"proposed after the post-mortem of wave {h['wave_id']} (wave id)")
     effect = "?" if h["expected_effect"] is None else f"{h['expected_effect']:+.1%}"
     who = " (set by a person: it orders the queue before the rank)" if h["priority_set"] else ""
-    click.echo(
+    echo(
         f"priority {h['priority']:.2f}{who}  origin {h['origin']}  expected {effect}  "
         f"confidence {h['confidence'] if h['confidence'] is not None else '?'}  "
         f"cost {h['cost'] if h['cost'] is not None else '?'}"
@@ -424,34 +423,35 @@ def show(ctx: click.Context, hypothesis_id: int, as_json: bool) -> None:
     )
     _show_rank(h)
     if h["risk"]:
-        click.echo(f"risk: {h['risk']}")
-    click.echo(f"\n{h['rationale']}\n")
+        echo(f"risk: {h['risk']}")
+    echo(f"\n{h['rationale']}\n")
     if h["evidence"]:
-        click.echo("Evidence:")
+        echo("Evidence:")
         for e in h["evidence"]:
-            click.echo(f"  {e['id']:>5} {e['kind']:<8} {_short(e['title'], 60)}  ({_short(e['source'], 40)})")
+            echo(f"  {e['id']:>5} {e['kind']:<8} {_short(e['title'], 60)}  ({_short(e['source'], 40)})")
     for ref in h["sources"]:
-        click.echo(f"  source {ref}")
+        echo(f"  source {inert(ref)}")
     for p in h["patches"]:
-        click.echo(
-            f"Patch {p['id']}: {p['author_kind']} {p['author'] or ''} apply={p['apply_status']} "
-            f"files={', '.join(p['files'])}"
+        # One line each: a file name may hold a newline (it would forge a line of its own).
+        echo(
+            f"Patch {p['id']}: {p['author_kind']} {inert(p['author'] or '')} apply={p['apply_status']} "
+            f"files={inert(', '.join(p['files']))}"
         )
         if p["apply_error"]:
-            click.echo(f"  {_short(p['apply_error'], 200)}")
+            echo(f"  {_short(p['apply_error'], 200)}")
     if h["notes"]:
-        click.echo(f"\nNotes:\n{h['notes']}")
+        echo(f"\nNotes:\n{h['notes']}")
 
 
 def _show_rank(h: dict[str, Any]) -> None:
     from runner.rank import explain
 
     if h["rank"] is None:
-        click.echo("rank: not ranked yet (`autoresearch hypotheses rank`)")
+        echo("rank: not ranked yet (`autoresearch hypotheses rank`)")
     else:
-        click.echo(f"rank {h['rank']:.1f} of 100: relevance to the target")
+        echo(f"rank {h['rank']:.1f} of 100: relevance to the target")
         for line in explain(h["rank_why"]):
-            click.echo(f"  {line}")
+            echo(f"  {line}")
     members = h["family_members"]
     if members:
         lead = next((m for m in members if m["id"] == h["waits_behind"]), None)
@@ -460,14 +460,12 @@ def _show_rank(h: dict[str, Any]) -> None:
             if lead
             else "leads it (the best open member runs first)"
         )
-        click.echo(
-            f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}"
-        )
+        echo(f"family {h['family']}: {len(members)} fork commits on the same functions; this one {role}")
         for m in members[:10]:
             rank = "-" if m["rank"] is None else f"{m['rank']:.1f}"
-            click.echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")
+            echo(f"  #{m['id']:<6} {rank:>5}  {m['status']:<11} {_short(m['title'], 70)}")
         if len(members) > 10:
-            click.echo(f"  ... {len(members) - 10} more (`hypotheses list` shows the family column)")
+            echo(f"  ... {len(members) - 10} more (`hypotheses list` shows the family column)")
 
 
 def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
@@ -480,7 +478,7 @@ def _steer(ctx: click.Context, ids: tuple[int, ...], action: str) -> None:
         for hid in ids:
             new = approve_or_reject(db, hid, action, by="cli")
             changed.append(f"#{hid} {new}")
-    click.echo(", ".join(changed))
+    echo(", ".join(changed))
 
 
 @cli.command("approve")
@@ -522,4 +520,4 @@ def prioritize(ctx: click.Context, hypothesis_id: int, priority: float | None, c
             assert priority is not None
             set_priority(db, hypothesis_id, priority)
             log_event(db, "hypothesis.prioritize", f"hypothesis {hypothesis_id}: priority {priority}")
-    click.echo(f"#{hypothesis_id} " + ("back to its rank" if clear else f"priority {priority}"))
+    echo(f"#{hypothesis_id} " + ("back to its rank" if clear else f"priority {priority}"))

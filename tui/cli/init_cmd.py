@@ -90,7 +90,8 @@ def cli(
     from kb.errors import UserError
     from kb.init import TargetSpec, create_workspace, uncommitted
     from runner.harness.scaffold import DEFAULT_SAMPLES, ScaffoldRequest, make_prepare
-    from tui.cli.common import echo_json
+    from tui.cli.common import confirm as ask
+    from tui.cli.common import echo, echo_json
 
     if (metric_regex is not None or samples is not None) and bench_cmd is None and not draft_scripts:
         raise UserError("--metric-regex and --samples: only with --bench-cmd (or --draft-scripts)")
@@ -104,7 +105,7 @@ def cli(
         from runner.recipes.cli import prepare_llamacpp
 
         def progress(message: str) -> None:
-            click.echo(message, err=True)
+            echo(message, err=True)
 
         target, extra, files = prepare_llamacpp(directory, target, gguf, progress)
     elif target is None:
@@ -126,10 +127,10 @@ def cli(
     )
 
     def say(line: str) -> None:
-        click.echo(line, err=as_json)
+        echo(line, err=as_json)
 
     def confirm(question: str) -> bool:
-        return yes or click.confirm(question, default=False, err=True)
+        return yes or ask(question)
 
     # `run` refuses to start until `autoresearch validate` passed on these scripts and settings.
     extra = {**extra, "validation": {"required": True}}
@@ -147,7 +148,7 @@ def cli(
     )
     ws = create_workspace(directory, spec)
     settings = ws.settings
-    dirty = uncommitted(settings.target.path, settings.target.baseline_commit)
+    dirty = uncommitted(settings.target.path, settings.target.baseline_commit, ws.mirror_path)
     # The workspace's scripts: the recipe's own (copied), else scaffolded from the commands given.
     scripts = [
         (name, "the llama.cpp recipe's" if Path(name).name in files else "scaffolded")
@@ -172,23 +173,23 @@ def cli(
             }
         )
         return
-    click.echo(f"Created workspace {ws.root}")
-    click.echo(f"  target    {settings.target.path} @ {settings.target.baseline_commit[:12]}")
-    click.echo(f"  config    {ws.config_path} (every key explained: README, section Configuration)")
-    click.echo(f"  database  {ws.db_path}")
+    echo(f"Created workspace {ws.root}")
+    echo(f"  target    {settings.target.path} @ {settings.target.baseline_commit[:12]}")
+    echo(f"  config    {ws.config_path} (every key explained: README, section Configuration)")
+    echo(f"  database  {ws.db_path}")
     for name, how in scripts:
-        click.echo(f"  script    {ws.root / name} ({how})")
+        echo(f"  script    {ws.root / name} ({how})")
     if settings.target.protect:
-        click.echo(f"  protected {', '.join(settings.target.protect)}")
-    click.echo(f"  parallel  {settings.fleet.parallel} worker(s)")
+        echo(f"  protected {', '.join(settings.target.protect)}")
+    echo(f"  parallel  {settings.fleet.parallel} worker(s)")
     if dirty:
         shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        click.echo(
+        echo(
             f"note: {len(dirty)} tracked file(s) of the target differ from its HEAD ({shown}): the "
             f"baseline is the commit {settings.target.baseline_commit[:12]} without those edits; "
             "commit them and run init again to measure them"
         )
-    click.echo(
+    echo(
         "Next: autoresearch validate (build, benchmark and checks once on the baseline, with advice), "
         "then autoresearch kb add-paper URL, autoresearch kb inventory, autoresearch run"
     )

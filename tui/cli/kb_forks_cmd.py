@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 from tui.cli.params import TEXT
 
 
@@ -40,10 +40,10 @@ def add_fork(
     if as_json:
         echo_json(result.to_json())
         return
-    click.echo(result.message)
+    echo(result.message)
     if result.new_commits:
         rate = result.new_commits / result.seconds if result.seconds else 0.0
-        click.echo(f"{result.new_commits} commits in {result.seconds:.1f} s ({rate:.0f}/s)", err=True)
+        echo(f"{result.new_commits} commits in {result.seconds:.1f} s ({rate:.0f}/s)", err=True)
 
 
 @click.command("forks")
@@ -59,7 +59,7 @@ def forks(ctx: click.Context, name: str | None, as_json: bool) -> None:
         echo_json([f.to_json() for f in found])
         return
     if not found:
-        click.echo("no forks yet (autoresearch kb add-fork NAME URL|PATH)")
+        echo("no forks yet (autoresearch kb add-fork NAME URL|PATH)")
         return
     echo_table(
         ["name", "branch", "commits", "upstreamed", "files", "head", "fork point", "found by", "url"],
@@ -94,7 +94,7 @@ def commits(ctx: click.Context, name: str, path: str | None, as_json: bool) -> N
         echo_json([c.to_json() for c in found])
         return
     if not found:
-        click.echo(f"no commits in fork {name}" + (f" touching {path}" if path else ""))
+        echo(f"no commits in fork {name}" + (f" touching {path}" if path else ""))
         return
     echo_table(
         ["id", "sha", "up", "+/-", "files", "subject"],

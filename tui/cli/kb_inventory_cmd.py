@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import PathArg
 
 if TYPE_CHECKING:
@@ -64,16 +64,14 @@ def _no_backends(ref: str, settings: InventorySettings, as_json: bool) -> None:
     if as_json:
         echo_json({"root": ref, "backends": [], "fusions": [], "gaps": [], "looked_for": looked})
         return
-    click.echo(f"No compute backends in {ref}: looked for {looked}. Nothing stored.")
-    click.echo(
+    echo(f"No compute backends in {ref}: looked for {looked}. Nothing stored.")
+    echo(
         "The fusion inventory compares what several compute backends fuse (ggml: CPU, CUDA, Metal, ...); "
         "a tree with one code path has no gaps to mine."
     )
-    click.echo("For another layout, describe it in autoresearch.toml (README, section Configuration):")
-    click.echo(_RULES_EXAMPLE.rstrip())
-    click.echo(
-        "Other sources of hypotheses: autoresearch kb add-fork, hypotheses generate --model, queue add."
-    )
+    echo("For another layout, describe it in autoresearch.toml (README, section Configuration):")
+    echo(_RULES_EXAMPLE.rstrip())
+    echo("Other sources of hypotheses: autoresearch kb add-fork, hypotheses generate --model, queue add.")
 
 
 def _print_matrix(inv: Inventory) -> None:
@@ -85,7 +83,7 @@ def _print_matrix(inv: Inventory) -> None:
     width = max([len("fusion"), *(len(key) for key, _, _ in rows)])
     widths = {b: max(len(b), 3) for b in active}
     head = "fusion".ljust(width) + "  " + "  ".join(b.center(widths[b]) for b in active) + "  gap"
-    click.echo(head.rstrip())
+    echo(head.rstrip())
     for key, present, gap in rows:
         cells = []
         for b in active:
@@ -96,10 +94,10 @@ def _print_matrix(inv: Inventory) -> None:
         note = ""
         if gap is not None:
             note = f"#{gap.id}" if gap.id is not None else "gap"
-        click.echo((key.ljust(width) + "  " + "  ".join(cells) + "  " + note).rstrip())
-    click.echo(f"x fused, . not fused, GAP missing in the target backend {inv.target_backend}.")
+        echo((key.ljust(width) + "  " + "  ".join(cells) + "  " + note).rstrip())
+    echo(f"x fused, . not fused, GAP missing in the target backend {inv.target_backend}.")
     if idle:
-        click.echo(f"Backends with no fusion at all: {', '.join(idle)}.")
+        echo(f"Backends with no fusion at all: {', '.join(idle)}.")
 
 
 @click.command("inventory")
@@ -173,32 +171,32 @@ def inventory(
     if as_json:
         echo_json(inv.to_json())
         return
-    click.echo(
+    echo(
         f"Backend fusion inventory of {ref}"
         + (f" @ {inv.commit[:12]}" if inv.commit else "")
         + f": {len(inv.backends)} backends, {inv.files_scanned} files, {len(inv.fusions)} fusions, "
         f"{len(inv.gaps)} gaps"
     )
-    click.echo("")
+    echo("")
     _print_matrix(inv)
     if inv.singles:
-        click.echo("")
-        click.echo("Single ops fused by construction (listed apart, never gaps):")
+        echo("")
+        echo("Single ops fused by construction (listed apart, never gaps):")
         by_backend: dict[str, list[str]] = {}
         for s in inv.singles:
             by_backend.setdefault(s.backend, []).append(s.op)
         for backend, ops in by_backend.items():
-            click.echo(f"  {backend:10} {', '.join(ops)}")
+            echo(f"  {backend:10} {', '.join(ops)}")
     if inv.unclassified:
-        click.echo("")
-        click.echo(f"Unclassified ({len(inv.unclassified)}): fusion checks the scanner could not resolve")
+        echo("")
+        echo(f"Unclassified ({len(inv.unclassified)}): fusion checks the scanner could not resolve")
         for u in inv.unclassified:
-            click.echo(f"  {u.backend:10} {u.file}:{u.line}  {u.why}")
-    click.echo("")
+            echo(f"  {u.backend:10} {u.file}:{u.line}  {u.why}")
+    echo("")
     if source_id is not None:
-        click.echo(
+        echo(
             f"Stored as source #{source_id}: {len(inv.fusions)} fusion, {len(inv.gaps)} gap and "
             f"{len(inv.singles)} single-op evidence rows (cite the gap ids with `kb show ID`)."
         )
     else:
-        click.echo("Not stored (no workspace, or --no-store).")
+        echo("Not stored (no workspace, or --no-store).")

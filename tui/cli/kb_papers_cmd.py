@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from kb.textsafe import clip, inert
+from tui.cli.common import echo, echo_json, echo_styled, echo_table, json_option, workspace
 from tui.cli.params import ROW_ID, TEXT
 
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _err(message: str) -> None:
-    click.echo(f"Error: {message}", err=True)
+    echo(f"Error: {inert(message)}", err=True)
 
 
 @click.command("add-paper")
@@ -53,15 +54,13 @@ def add_paper(ctx: click.Context, inputs: tuple[str, ...], as_json: bool) -> Non
             if result.status == "error":
                 _err(result.message)
             else:
-                click.echo(result.message)
+                echo(result.message)
             for note in result.notes:
-                click.echo(f"Warning: {result.input}: {note}", err=True)
+                echo(f"Warning: {result.input}: {note}", err=True)
         if len(results) > 1:
             added = sum(r.status == "added" for r in results)
             known = sum(r.status == "exists" for r in results)
-            click.echo(
-                f"{added} added, {known} already in the knowledge base, {len(failed)} failed", err=True
-            )
+            echo(f"{added} added, {known} already in the knowledge base, {len(failed)} failed", err=True)
     if failed:
         ctx.exit(1)
 
@@ -78,7 +77,7 @@ def papers(ctx: click.Context, as_json: bool) -> None:
         echo_json([p.to_json() for p in found])
         return
     if not found:
-        click.echo("no papers yet (autoresearch kb add-paper URL|FILE|DIR)")
+        echo("no papers yet (autoresearch kb add-paper URL|FILE|DIR)")
         return
     echo_table(
         ["id", "passages", "date", "arxiv", "title", "url"],
@@ -88,17 +87,12 @@ def papers(ctx: click.Context, as_json: bool) -> None:
                 p.passages,
                 p.published or "",
                 p.arxiv_id or "",
-                _clip(p.title, 50),
+                clip(p.title, 50),
                 p.canonical_url or p.url,
             ]
             for p in found
         ],
     )
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @click.command("search")
@@ -120,21 +114,26 @@ def search(ctx: click.Context, query: tuple[str, ...], kind: str | None, limit: 
     if as_json:
         echo_json([h.to_json() for h in run_search(db, text, kind=kind, limit=limit)])
         return
-    styled = sys.stdout.isatty()
-    marks = ("\x1b[1m", "\x1b[22m") if styled else ("**", "**")
+    marks = ("\x01", "\x02")  # the hit's words, bold on a terminal (`**word**` in a pipe)
     hits = run_search(db, text, kind=kind, limit=limit, marks=marks)
     if not hits:
-        click.echo(f"no results for {text!r}")
+        echo(f"no results for {text!r}")
         return
+    styled = sys.stdout.isatty()
     for hit in hits:
         where = f" › {hit.section}" if hit.section and hit.kind != "commit" else ""
-        head = f"[{hit.id}] {hit.kind}: {_clip(hit.title, 70)}{where}"
-        click.echo(click.style(head, bold=True) if styled else head)
+        echo_styled([(f"[{hit.id}] {hit.kind}: {clip(hit.title, 70)}{where}", {"bold": True})])
         if hit.kind == "commit":
-            click.echo(f"    fork {hit.section} {hit.ref[:12]}  score {hit.score:.2f}")
+            echo(f"    fork {hit.section} {hit.ref[:12]}  score {hit.score:.2f}")
         else:
-            click.echo(f"    {_clip(hit.source, 60)}  score {hit.score:.2f}")
-        click.echo("    " + " ".join(hit.snippet.split()))
+            echo(f"    {clip(hit.source, 60)}  score {hit.score:.2f}")
+        pieces: list[tuple[object, dict[str, Any]]] = [("    ", {})]
+        for i, piece in enumerate(" ".join(hit.snippet.split()).split("\x01")):
+            word, _, rest = piece.partition("\x02") if i else ("", "", piece)
+            if word:
+                pieces.append((word if styled else f"**{word}**", {"bold": True}))
+            pieces.append((rest, {}))
+        echo_styled(pieces)
 
 
 @click.command("show")
@@ -150,19 +149,19 @@ def show(ctx: click.Context, evidence_id: int, as_json: bool) -> None:
         echo_json(item.to_json())
         return
     source = item.source
-    click.echo(f"evidence {item.id}  {item.kind} ({item.evidence_kind})  ref {item.ref}")
-    click.echo(f"title:    {item.title}")
+    echo(f"evidence {item.id}  {item.kind} ({item.evidence_kind})  ref {item.ref}")
+    echo(f"title:    {item.title}")
     if item.section:
-        click.echo(f"{'fork:' if item.commit else 'section:':<10}{item.section}")
+        echo(f"{'fork:' if item.commit else 'section:':<10}{item.section}")
     if item.position is not None:
-        click.echo(f"passage:  {item.position}")
+        echo(f"passage:  {item.position}")
     label = source.get("title") or source.get("name") or ""
-    click.echo(f"source:   {source.get('kind')} {source.get('id')}: {label}")
+    echo(f"source:   {source.get('kind')} {source.get('id')}: {label}")
     url = source.get("canonical_url") or source.get("url")
     if url:
-        click.echo(f"url:      {url}")
+        echo(f"url:      {url}")
     if source.get("url") and source["url"] != url:
-        click.echo(f"given:    {source['url']}")
+        echo(f"given:    {source['url']}")
     for key, label in (
         ("arxiv_id", "arxiv:"),
         ("authors", "authors:"),
@@ -170,31 +169,31 @@ def show(ctx: click.Context, evidence_id: int, as_json: bool) -> None:
         ("site", "site:"),
     ):
         if source.get(key):
-            click.echo(f"{label:<10}{source[key]}")
+            echo(f"{label:<10}{source[key]}")
     if item.commit:
         commit = item.commit
-        click.echo(f"commit:   {commit['sha']}")
-        click.echo(f"author:   {commit.get('author')}  {commit.get('authored_at')}")
-        click.echo(
+        echo(f"commit:   {commit['sha']}")
+        echo(f"author:   {commit.get('author')}  {commit.get('authored_at')}")
+        echo(
             f"changes:  +{commit['insertions']} -{commit['deletions']} in {len(item.files)} files"
             f"{'  (already upstream)' if commit['upstreamed'] else ''}"
         )
         if commit.get("binary_files"):
-            click.echo(f"binary:   {', '.join(commit['binary_files'])}")
+            echo(f"binary:   {', '.join(commit['binary_files'])}")
         if commit["diff_truncated"]:
-            click.echo("note:     diff truncated (size caps); see the commit in the mirror for all of it")
-        click.echo("")
-        click.echo((commit.get("message") or commit["subject"]).rstrip())
-        click.echo("")
-        click.echo(commit.get("diff") or "")
+            echo("note:     diff truncated (size caps); see the commit in the mirror for all of it")
+        echo("")
+        echo((commit.get("message") or commit["subject"]).rstrip())
+        echo("")
+        echo(commit.get("diff") or "")
         return
     if item.fusion:
         fusion = item.fusion
-        click.echo(f"fusion:   {fusion['ops']} in {fusion['backend']} at {fusion['file']}:{fusion['line']}")
+        echo(f"fusion:   {fusion['ops']} in {fusion['backend']} at {fusion['file']}:{fusion['line']}")
     if item.meta:
-        click.echo(f"meta:     {_compact(item.meta)}")
-    click.echo("")
-    click.echo(item.body)
+        echo(f"meta:     {_compact(item.meta)}")
+    echo("")
+    echo(item.body)
 
 
 def _compact(data: Any) -> str:
@@ -215,7 +214,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         echo_json(result.to_json())
         return
     echo_table(["evidence", "count"], sorted(result.evidence.items()) or [["(none)", 0]])
-    click.echo("")
+    echo("")
     echo_table(["sources", "count"], sorted(result.sources.items()) or [["(none)", 0]])
-    click.echo("")
-    click.echo(f"database: {result.db_path} ({result.db_bytes / 1e6:.1f} MB)")
+    echo("")
+    echo(f"database: {result.db_path} ({result.db_bytes / 1e6:.1f} MB)")

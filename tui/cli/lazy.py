@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import click
 
 from kb.errors import UserError
+from kb.textsafe import inert
+from tui.errors import user_line
 
 # name -> (module, attribute, one-line help). The help is repeated so `--help` need not import.
 CommandMap = dict[str, tuple[str, str, str]]
@@ -54,38 +57,34 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; a failure the user can act on becomes one line and exit status 1.
 
-        This is the one place that turns errors into lines: UserError (bad input or state), SQLite
-        failures that are the environment's (a lock held too long, a read-only or full disk) and
-        OS errors on a named file. Anything else is a bug and keeps its traceback."""
+        Which errors become lines, and the line, is tui/errors.py's rule (the MCP server's too):
+        UserError (bad input or state), SQLite failures that are the environment's (a lock held too
+        long, a read-only or full disk), OS errors on a named file. Anything else is a bug and
+        keeps its traceback. The line is inert (kb/textsafe.py): errors quote file names, a
+        server's reply, commit subjects."""
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a subcommand's bad option or argument (exit status 2)
             raise _one_line(exc) from None
-        except UserError as exc:
-            raise click.ClickException(str(exc)) from None
-        except sqlite3.Error as exc:
-            if not isinstance(exc, sqlite3.OperationalError) and type(exc) is not sqlite3.DatabaseError:
-                raise  # integrity and programming errors are bugs
-            raise click.ClickException(_database_error(ctx, exc)) from None
-        except OSError as exc:
-            if exc.filename is None:
+        except click.ClickException as exc:  # a command's own: it may quote outside text too
+            exc.message = inert(exc.message)
+            raise
+        except (UserError, sqlite3.Error, OSError, OverflowError) as exc:
+            line = user_line(exc, lambda: _database(ctx))
+            if line is None:
                 raise
-            raise click.ClickException(f"{exc.filename}: {exc.strerror or exc}") from None
-        except OverflowError as exc:
-            if "SQLite INTEGER" not in str(exc):
-                raise
-            # A number that reached a query unchecked (typed parameters catch the ones they know).
-            raise click.ClickException(f"a number given is too large for the database ({exc})") from None
+            raise click.ClickException(line) from None
 
 
 def _one_line(exc: click.UsageError) -> click.UsageError:
     """click's usage error as one line (the reason, then where help is) instead of three."""
     if exc.ctx is None:
+        exc.message = inert(exc.message)
         return exc
     where = (
         f"{exc.ctx.command_path} {exc.ctx.help_option_names[0] if exc.ctx.help_option_names else '--help'}"
     )
-    return click.UsageError(f"{exc.format_message()} (see {where})")
+    return click.UsageError(inert(f"{exc.format_message()} (see {where})"))
 
 
 def _require_utf8(arg: str) -> None:
@@ -95,16 +94,17 @@ def _require_utf8(arg: str) -> None:
         arg.encode("utf-8")
     except UnicodeEncodeError:
         shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise click.ClickException(f"argument '{shown}': not valid UTF-8 text") from None
+        raise click.ClickException(f"argument '{inert(shown)}': not valid UTF-8 text") from None
 
 
-def _database_error(ctx: click.Context, exc: sqlite3.Error) -> str:
-    from kb.db import DB_NAME, explain_error
+def _database(ctx: click.Context) -> Path | None:
+    """The workspace database this invocation uses, when the workspace can be found."""
+    from kb.db import DB_NAME
     from kb.locate import workspace_root
 
     obj = ctx.find_root().obj
     try:
         root = workspace_root(obj.get("workspace") if isinstance(obj, dict) else None)
     except UserError:
-        return f"the workspace database: {exc}"
-    return explain_error(exc, root / DB_NAME)
+        return None
+    return root / DB_NAME

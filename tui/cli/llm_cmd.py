@@ -10,7 +10,7 @@ import json
 
 import click
 
-from tui.cli.common import echo_json, echo_table, json_option, workspace
+from tui.cli.common import echo, echo_json, echo_table, json_option, workspace
 
 
 @click.group("llm")
@@ -51,7 +51,7 @@ def log(ctx: click.Context, limit: int, purpose: str | None, as_json: bool) -> N
         )
         return
     if not calls:
-        click.echo("No LLM calls logged.")
+        echo("No LLM calls logged.")
         return
     echo_table(
         ["id", "purpose", "model", "try", "in", "out", "cost", "ms", "hyp", "error"],
@@ -71,4 +71,4 @@ def log(ctx: click.Context, limit: int, purpose: str | None, as_json: bool) -> N
             for c in calls
         ],
     )
-    click.echo(f"\n{totals.calls} calls, ${totals.spent_usd:.4f} spent of ${budget:.2f} budget")
+    echo(f"\n{totals.calls} calls, ${totals.spent_usd:.4f} spent of ${budget:.2f} budget")

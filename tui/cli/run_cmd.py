@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import ROW_ID, TEXT, Number, count
 
 _POSITIVE_INT = count(1)
@@ -131,7 +131,7 @@ def cli(
         return
 
     def progress(line: str) -> None:
-        click.echo(line, err=as_json)
+        echo(line, err=as_json)
 
     if resume:
         runner = autopilot.resume(ws, run_id, progress=progress)
@@ -145,11 +145,11 @@ def cli(
             from_winners=from_winners,
         )
         runner = autopilot.start(ws, options, progress=progress)
-        progress(f"baseline {runner.baseline[:12]}: {origin}")
+        progress(f"baseline {runner.ctx.state.baseline[:12]}: {origin}")
     try:
         summary = runner.execute()
     except KeyboardInterrupt:
-        click.echo(f"interrupted; continue with: autoresearch run --resume --run {runner.run_id}", err=True)
+        echo(f"interrupted; continue with: autoresearch run --resume --run {runner.run_id}", err=True)
         sys.exit(130)
     if as_json:
         echo_json(summary.to_json())
@@ -168,7 +168,7 @@ def _check_validation(ws: Any, parallel: int | None, backend: str | None, skip: 
     if verdict.ok:
         return
     if skip:
-        click.echo(f"warning: --skip-validate: starting anyway, but {verdict.reason}", err=True)
+        echo(f"warning: --skip-validate: starting anyway, but {verdict.reason}", err=True)
         return
     raise UserError(f"run refused: {verdict.reason} (or start anyway: run --skip-validate)")
 
@@ -219,19 +219,19 @@ def _print_summary(data: dict[str, Any]) -> None:
             counts[exp["status"]] = counts.get(exp["status"], 0) + 1
     shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no experiments"
     stopped = f" ({data['stop_reason']})" if data.get("stop_reason") else ""
-    click.echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
-    click.echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
+    echo(f"run {data['name']}: {data['status']}{stopped}; {shown}")
+    echo(f"  branch {data['branch']}: {data['baseline_commit'][:12]} -> {data['head_commit'][:12]}")
     for exp in kept:
-        click.echo(
-            f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs"
-        )
+        echo(f"  kept exp {exp['id']} {exp['title']!r}: {exp['effect']:+.2%} after {exp['pairs']} pairs")
 
 
 def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_json: bool) -> None:
     """Start this same command without --detach in its own session, output to a log file."""
     from kb.db import connect
     from kb.store.runs import run_of_pid
+    from runner.measure.runlock import check_free
 
+    check_free(root)  # a run going here: refused now, in the words the runner would use
     # The child runs this same command, without --detach, on the same workspace.
     argv = [sys.executable, "-m", "tui.cli", "--workspace", str(root), "run", *_subcommand_args(ctx)]
     logs_dir.mkdir(parents=True, exist_ok=True)
@@ -267,7 +267,7 @@ def _detach(ctx: click.Context, root: Path, logs_dir: Path, db_path: Path, as_js
         echo_json(info)
     else:
         which = f"run {run[1]} (id {run[0]})" if run else "the runner"
-        click.echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
+        echo(f"{which} started in the background, pid {child.pid}; log: {log_path}")
 
 
 def _subcommand_args(ctx: click.Context) -> list[str]:

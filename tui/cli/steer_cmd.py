@@ -6,12 +6,11 @@ the next research phase; with nothing running they wait for the next run."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 from tui.cli.params import TEXT, Number
 
 _POSITIVE = Number(min=0, min_open=True)
@@ -23,41 +22,20 @@ def cli() -> None:
 
 
 def _send(ctx: click.Context, kind: str, args: dict[str, Any], wait: float, as_json: bool) -> None:
-    from kb.db import now
     from kb.errors import UserError
-    from kb.store.runs import command, live_run
-    from runner import commands
+    from runner.commands import steer
 
-    db = workspace(ctx).db()
-    live = live_run(db, now())
-    if live is None and kind in ("pause", "resume", "stop"):
-        raise UserError(f"steer {kind}: no run is going (autoresearch history lists the runs)")
-    command_id = commands.send(db, kind, live.id if live else None, args)
-    row = command(db, command_id)
-    deadline = time.monotonic() + (wait if live is not None else 0)
-    while row is not None and row.status == "pending" and time.monotonic() < deadline:
-        time.sleep(0.2)
-        row = command(db, command_id)
-    status = row.status if row else "pending"
-    result = row.result if row else None
+    sent = steer(workspace(ctx).db(), kind, args, wait)
     if as_json:
-        echo_json(
-            {
-                "command": command_id,
-                "kind": kind,
-                "run": live.id if live else None,
-                "status": status,
-                "result": result,
-            }
-        )
+        echo_json(sent.to_json())
         return
-    if status == "pending":
-        where = f"run {live.name}" if live else "the next run"
-        click.echo(f"{kind}: sent (command {command_id}); {where} reads it between polls")
-    elif status == "failed":
-        raise UserError(f"steer {kind}: {result}")
+    if sent.status == "pending":
+        where = f"run {sent.run_name}" if sent.run_name else "the next run"
+        echo(f"{kind}: sent (command {sent.command}); {where} reads it between polls")
+    elif (refused := sent.refusal()) is not None:
+        raise UserError(refused)
     else:
-        click.echo(f"{kind}: {result}")
+        echo(f"{kind}: {sent.result}")
 
 
 def _wait_option(fn: Any) -> Any:

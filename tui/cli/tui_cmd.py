@@ -8,12 +8,13 @@ from pathlib import Path
 
 import click
 
-PANES = ("knowledge", "hypotheses", "fleet", "history")
+from tui.panes import NAMES
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @click.command("tui")
-@click.option("--pane", type=click.Choice(PANES), default="fleet", show_default=True, help="Pane to open on.")
+@click.option("--pane", type=click.Choice(NAMES), default="fleet", show_default=True, help="Pane to open on.")
 @click.option("--serve", is_flag=True, help="Serve the console to a web browser (textual-serve) instead.")
 @click.option(
     "--host",
@@ -79,16 +80,17 @@ def locate(ctx: click.Context) -> Path:
 
 
 def _serve(root: str, pane: str, host: str, port: int, public_url: str | None) -> None:
+    from tui.cli.common import echo  # the workspace's modules: not on the console's start-up path
     from tui.serve import ConsoleServer
 
     command = shlex.join([sys.executable, "-m", "tui.cli", "--workspace", root, "tui", "--pane", pane])
     server = ConsoleServer(command, host=host, port=port, public_url=public_url)
     if host not in LOOPBACK:
-        click.echo(
+        echo(
             f"warning: serving on {host}, not localhost: anyone who can reach the port and has the "
             "token can start, pause and stop runs, and plain http carries the token in clear "
             "(prefer an SSH tunnel, or an HTTPS reverse proxy with --public-url https://...)",
             err=True,
         )
-    click.echo(f"serving the console on {server.url} (ctrl+c stops)", err=True)
+    echo(f"serving the console on {server.url} (ctrl+c stops)", err=True)
     server.serve()

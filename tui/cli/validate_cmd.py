@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tui.cli.common import echo_json, json_option, workspace
+from tui.cli.common import echo, echo_json, json_option, workspace
 
 if TYPE_CHECKING:
     from runner.measure.validate import MetricFigures, Report
@@ -42,7 +42,7 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
     ws = workspace(ctx)
 
     def progress(line: str) -> None:
-        click.echo(line, err=True)
+        echo(line, err=True)
 
     measurement = measure(ws, calls=runs, accept_parse=accept_parse, progress=progress)
     report = evaluate(measurement, ws.settings)
@@ -67,52 +67,52 @@ def cli(ctx: click.Context, runs: int, accept_parse: bool, as_json: bool) -> Non
 
 
 def _print(report: Report, measurement: dict[str, Any], stored: str) -> None:
-    click.echo("")
-    click.echo(f"baseline {measurement['baseline_commit'][:12]}; logs in {measurement['log_dir']}")
+    echo("")
+    echo(f"baseline {measurement['baseline_commit'][:12]}; logs in {measurement['log_dir']}")
     for step in measurement["steps"]:
         state = "ok" if step["rc"] == 0 else f"exit {step['rc']}"
         took = "?" if step["seconds"] is None else f"{step['seconds']:.1f} s"
-        click.echo(f"  {step['name']:10} {took:>9}  {state}")
+        echo(f"  {step['name']:10} {took:>9}  {state}")
     if report.call_seconds is not None:
         busy = "" if report.cores_busy is None else f", about {report.cores_busy:.1f} cores busy"
-        click.echo(
+        echo(
             f"  {'benchmark':10} {report.call_seconds:>7.2f} s  per call (median of "
             f"{len(measurement['calls'])}){busy}"
         )
     for figures in report.metrics:
         _print_metric(figures)
     if report.problems:
-        click.echo("")
-        click.echo("Problems (`autoresearch run` refuses to start until they are fixed):")
+        echo("")
+        echo("Problems (`autoresearch run` refuses to start until they are fixed):")
         for finding in report.problems:
-            click.echo(f"  - {finding.message}")
+            echo(f"  - {finding.message}")
     if report.advice:
-        click.echo("")
-        click.echo("Advice:")
+        echo("")
+        echo("Advice:")
         for finding in report.advice:
-            click.echo(f"  - {finding.message}")
-    click.echo("")
+            echo(f"  - {finding.message}")
+    echo("")
     verdict = "passed" if report.passed else "FAILED"
-    click.echo(f"validation {verdict}; stored in {stored}")
+    echo(f"validation {verdict}; stored in {stored}")
 
 
 def _print_metric(f: MetricFigures) -> None:
-    click.echo("")
+    echo("")
     role = "primary" if f.primary else "secondary"
-    click.echo(f"metric {f.name} ({role}): {len(f.values)} samples, {f.samples_per_call:.0f} per call")
+    echo(f"metric {f.name} ({role}): {len(f.values)} samples, {f.samples_per_call:.0f} per call")
     shown = " ".join(f"{v:.6g}" for v in f.values[:12]) + (" ..." if len(f.values) > 12 else "")
-    click.echo(f"  values    {shown}")
-    click.echo(f"  per call  {' '.join(f'{v:.6g}' for v in f.per_call)}")
+    echo(f"  values    {shown}")
+    echo(f"  per call  {' '.join(f'{v:.6g}' for v in f.per_call)}")
     for example in f.examples:
-        click.echo(f"  parsed    {example['metric_line']}")
+        echo(f"  parsed    {example['metric_line']}")
         if example.get("source") is not None:
-            click.echo(f"    from    {example.get('marked') or example['source']}")
+            echo(f"    from    {example.get('marked') or example['source']}")
     noise = []
     if f.sample_noise is not None:
         noise.append(f"{f.sample_noise:.2%} per sample")
     if f.call_noise is not None:
         noise.append(f"{f.call_noise:.2%} per call")
     if noise:
-        click.echo(f"  noise     {', '.join(noise)}")
+        echo(f"  noise     {', '.join(noise)}")
     if f.floor is not None and f.keepable is not None:
-        click.echo(f"  resolves  ±{f.floor:.2%} by the cap; a true +{f.keepable:.1%} is kept 80% of the time")
+        echo(f"  resolves  ±{f.floor:.2%} by the cap; a true +{f.keepable:.1%} is kept 80% of the time")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class ExperimentRow:
+class ExperimentLine:
     id: int
     wave: int | None
     kind: str
@@ -67,7 +67,7 @@ def waves(db: sqlite_utils.Database, run_id: int) -> list[WaveInfo]:
 
 def run_experiments(
     db: sqlite_utils.Database, run_id: int, offset: int = 0, limit: int = PAGE_SIZE
-) -> Page[ExperimentRow]:
+) -> Page[ExperimentLine]:
     """A page of a run's experiments with the runner's decision (runner.record.history, paged)."""
     from runner.record import history
 
@@ -75,7 +75,7 @@ def run_experiments(
     offset = clamp_offset(offset, total, limit)
     return Page(
         [
-            ExperimentRow(
+            ExperimentLine(
                 id=e.id,
                 wave=e.wave,
                 kind=e.kind,

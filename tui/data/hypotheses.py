@@ -61,7 +61,7 @@ class HypothesisRow:
 
 
 @dataclass(frozen=True)
-class HypothesisExperiment:
+class HypothesisOutcome:
     id: int
     run: str
     status: str
@@ -78,7 +78,7 @@ class HypothesisDetail:
     evidence: list[EvidenceLink]
     source_refs: list[str]
     patch: PatchInfo | None
-    experiments: list[HypothesisExperiment] = field(default_factory=list)
+    experiments: list[HypothesisOutcome] = field(default_factory=list)
 
 
 def _hyp_row(r: QueueRow) -> HypothesisRow:
@@ -162,7 +162,7 @@ def hypothesis(db: sqlite_utils.Database, hypothesis_id: int) -> HypothesisDetai
     found = _hyp_store.tried_in(db, hypothesis_id)
     latest = _decision_store.latest_of(db, [x.id for x in found])
     exps = [
-        HypothesisExperiment(x.id, x.run, x.status, latest[x.id].effect if x.id in latest else None)
+        HypothesisOutcome(x.id, x.run, x.status, latest[x.id].effect if x.id in latest else None)
         for x in found
     ]
     return HypothesisDetail(

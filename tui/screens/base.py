@@ -17,15 +17,7 @@ if TYPE_CHECKING:
     from tui.host import Host
 
 
-class WorkerErrors:
-    """Mixin: a failed worker becomes one notification (handled once, in the app)."""
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        app = cast("Host", cast(Screen[Any], self).app)
-        app.report_worker(event.worker)
-
-
-class AppScreen(WorkerErrors, Screen[None]):
+class AppScreen(Screen[None]):
     """A screen of one pane (a mode's base screen, or a detail view pushed on top of it).
 
     Subclasses build their body in `compose_body`, load their data in `reload` (which starts
@@ -48,6 +40,10 @@ class AppScreen(WorkerErrors, Screen[None]):
     @property
     def store(self) -> Store:
         return self.autoapp.store
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A failed worker becomes one notification: the app's one handler (Host.report_worker)."""
+        self.autoapp.report_worker(event.worker)
 
     def compose(self) -> ComposeResult:
         yield PaneBar(self.PANE, self.TRAIL, self.store.name, id="pane-bar")
@@ -92,7 +88,7 @@ class DetailScreen(AppScreen):
         self.dismiss()
 
 
-class AppModal(WorkerErrors, ModalScreen[Any]):
+class AppModal(ModalScreen[Any]):
     """A dialog; Escape closes it without an answer."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -101,6 +97,10 @@ class AppModal(WorkerErrors, ModalScreen[Any]):
     def autoapp(self) -> Host:
         """The app, through what screens may use of it (tui.host; the app imports the screens)."""
         return cast("Host", self.app)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A failed worker becomes one notification: the app's one handler (Host.report_worker)."""
+        self.autoapp.report_worker(event.worker)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,6 +14,7 @@ from tui import data
 from tui.format import interval, number, pct
 from tui.messages import ComparisonLoaded
 from tui.screens.base import DetailScreen
+from tui.text import Text
 from tui.widgets.common import DiffView, key_values, status_cell
 
 SAMPLE_ROWS = 40

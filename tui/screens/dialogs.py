@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,6 +10,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from tui.screens.base import AppModal
 from tui.spawn import RunRequest
+from tui.text import Text
 
 
 class ConfirmScreen(AppModal):

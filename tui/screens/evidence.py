@@ -3,7 +3,6 @@ passage), a fork commit with its diff, a fusion site of the inventory, and any o
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,6 +18,7 @@ from tui.messages import (
     PaperOpened,
 )
 from tui.screens.base import DetailScreen
+from tui.text import Text
 from tui.widgets.common import DiffView, cell, key_values, right
 from tui.widgets.knowledge import fusion_cell
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +19,7 @@ from tui.screens.base import AppScreen
 from tui.screens.dialogs import BudgetScreen, ConfirmScreen, NoteScreen, StartRunScreen
 from tui.screens.log import LogScreen
 from tui.spawn import RunRequest
+from tui.text import Text
 from tui.widgets.common import cell, fit_columns, right, status_cell
 from tui.widgets.fleet import ResearchLog
 
@@ -246,7 +246,7 @@ class FleetScreen(AppScreen):
             widget.update(Text("no experiment selected", style="grey50"))
             return
         name = chosen.log_path.rsplit("/", 1)[-1] if chosen.log_path else "no log yet"
-        widget.border_title = f"log · #{chosen.id} · {name} · l opens it"
+        widget.border_title = Text(f"log · #{chosen.id} · {name} · l opens it")  # never markup
         text = Text(
             "\n".join(tail) if tail else "(empty)",
             style="" if tail else "grey50",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -11,6 +10,7 @@ from textual.keys import format_key
 from textual.widgets import Static
 
 from tui.screens.base import DetailScreen
+from tui.text import Text
 
 NOTES = """\
 Tables and lists: arrows, pgup/pgdn, home/end move; enter opens; tab and shift+tab move between parts.

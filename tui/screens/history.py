@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static
 
-from kb.vocabulary import STATUS_MEANINGS
+from kb.vocabulary import STATUS_MEANINGS, VERDICT_STATUS
 from tui import data
 from tui.format import RICH_STATUS_COLOURS, duration, interval, pct, ts
 from tui.messages import PageLoaded, RedecideCompleted, RunsLoaded, SeriesLoaded, WavesLoaded
@@ -20,6 +19,7 @@ from tui.screens.base import AppScreen, DetailScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.screens.log import LogScreen
+from tui.text import Text
 from tui.widgets.common import PagedTable, cell, fit_columns, right, status_cell
 from tui.widgets.history import MetricChart
 
@@ -39,7 +39,7 @@ class HistoryScreen(AppScreen):
         self.runs: list[Any] = []
         self.run_id: int | None = None
         self.marked: int | None = None
-        self.page: data.Page[data.ExperimentRow] | None = None
+        self.page: data.Page[data.ExperimentLine] | None = None
 
     def compose_body(self) -> ComposeResult:
         yield DataTable(id="runs", cursor_type="row")
@@ -179,13 +179,11 @@ class HistoryScreen(AppScreen):
         table.column_spec = spec
         table.show_page(message.page, [(str(e.id), self.row_cells(e, wide)) for e in message.page.rows])
 
-    def row_cells(self, e: data.ExperimentRow, wide: bool) -> list[Text]:
+    def row_cells(self, e: data.ExperimentLine, wide: bool) -> list[Text]:
         verdict = e.verdict or "-"
         title = ("★ " if e.winner else "") + (f"[{e.kind}] " if e.kind != "candidate" else "") + e.title
         mark = "▶" if e.id == self.marked else ""
-        verdict_colour = RICH_STATUS_COLOURS.get(
-            {"keep": "kept", "discard": "discarded"}.get(verdict, verdict), ""
-        )
+        verdict_colour = RICH_STATUS_COLOURS.get(VERDICT_STATUS.get(verdict, verdict), "")
         return [
             right(f"{mark}{e.id}", "bold" if mark else ""),
             right(e.wave if e.wave is not None else "-"),
@@ -212,7 +210,7 @@ class HistoryScreen(AppScreen):
         if self.run_id is not None:
             self.load_run(self.run_id, event.offset)
 
-    def current_experiment(self) -> data.ExperimentRow | None:
+    def current_experiment(self) -> data.ExperimentLine | None:
         key = self.query_one("#experiments", PagedTable).current_key()
         if key is None or self.page is None:
             return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +20,8 @@ from kb.errors import UserError
 from tui import data
 from tui.format import clip, pct
 from tui.messages import HypothesisLoaded, HypothesisSteered, PageLoaded
-from tui.screens.base import AppScreen, DetailScreen
+from tui.screens.base import AppScreen
+from tui.text import Text
 from tui.widgets.common import DiffView, PagedTable, cell, fit_columns, key_values, right, status_cell
 
 if TYPE_CHECKING:
@@ -275,11 +275,13 @@ class HypothesesScreen(SteeringScreen):
             self.autoapp.copy(str(hid), f"hypothesis id {hid}")
 
 
-class HypothesisScreen(DetailScreen, SteeringScreen):
-    """A hypothesis in full: rationale, evidence (enter opens one), source refs, patch, outcomes."""
+class HypothesisScreen(SteeringScreen):
+    """A hypothesis in full: rationale, evidence (enter opens one), source refs, patch, outcomes.
+    Pushed on the pane like a DetailScreen (Escape goes back), and it steers like the queue."""
 
     PANE = "hypotheses"
     BINDINGS = [
+        Binding("escape", "back", "Back"),
         Binding("c", "copy_id", "Copy id"),
         Binding("p", "copy_patch", "Copy patch"),
         Binding("o", "open_url", "Open URL", show=False),
@@ -289,6 +291,9 @@ class HypothesisScreen(DetailScreen, SteeringScreen):
         super().__init__()
         self.hypothesis_id = hypothesis_id
         self.detail: data.HypothesisDetail | None = None
+
+    def action_back(self) -> None:
+        self.dismiss()
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="hyp-detail"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,6 +22,7 @@ from tui.messages import (
 )
 from tui.screens.base import AppScreen
 from tui.screens.evidence import CommitScreen, FusionScreen, PaperScreen
+from tui.text import Text
 from tui.widgets.common import PagedTable, cell, fit_columns, right
 from tui.widgets.knowledge import fusion_cell, snippet_text
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +12,7 @@ from textual.widgets import Log, Static
 from tui import data
 from tui.messages import LogRead
 from tui.screens.base import DetailScreen
+from tui.text import Text, inert_lines
 
 MAX_LINES = 20_000
 FIRST_READ = 2_000_000  # bytes from the end of a large log on opening
@@ -105,7 +105,7 @@ class LogScreen(DetailScreen):
         if message.reset:
             view.clear()
         if message.text:
-            view.write(message.text)
+            view.write(inert_lines(message.text))
         self.read_offset = message.offset
 
     def action_next_file(self) -> None:

@@ -7,20 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import JustifyMethod, RenderableType
-from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from tui.data import Page
 from tui.format import RICH_STATUS_COLOURS, page_caption
-
-PANES: tuple[tuple[str, str, str], ...] = (
-    ("1", "knowledge", "Knowledge"),
-    ("2", "hypotheses", "Hypotheses"),
-    ("3", "fleet", "Fleet"),
-    ("4", "history", "History"),
-)
+from tui.panes import PANES
+from tui.text import Text, inert_lines
 
 
 def cell(value: Any, style: str = "", *, justify: JustifyMethod = "left") -> Text:
@@ -57,7 +51,8 @@ class PaneBar(Static):
 
     def render_bar(self) -> Text:
         bar = Text(no_wrap=True, overflow="ellipsis")
-        for key, mode, label in PANES:
+        for pane in PANES:
+            key, mode, label = pane.key, pane.name, pane.label
             if mode == self.active:
                 bar.append(f" {key} {label} ", style="bold reverse")
             else:
@@ -128,7 +123,8 @@ class PagedTable(DataTable[Any]):
         caption = page_caption(self.label, self.page_offset, self.row_count, self.page_total)
         if self.page_total > self.page_limit:
             caption += "  [ ] page"
-        self.border_title = caption + (f"  {self.note}" if self.note else "")
+        # A Text, not a markup string: the note may quote a fork's name or a filter's words.
+        self.border_title = Text(caption + (f"  {self.note}" if self.note else ""))
 
     def current_key(self) -> str | None:
         if not self.row_count:
@@ -176,7 +172,9 @@ class DiffView(Static):
             return
         from rich.syntax import Syntax  # Pygments: imported on first use, not at start-up
 
-        self.update(Syntax(diff, "diff", theme="ansi_dark", word_wrap=False, background_color="default"))
+        self.update(
+            Syntax(inert_lines(diff), "diff", theme="ansi_dark", word_wrap=False, background_color="default")
+        )
 
 
 def key_values(pairs: Sequence[tuple[str, Any]], *, width: int = 12) -> Text:

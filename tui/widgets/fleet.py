@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from tui.data import ResearchPhase, RunSteering
 from tui.format import clip
+from tui.text import Text
 from tui.widgets.common import cell, fit_columns, right
 
 FOUND = (

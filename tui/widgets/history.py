@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
+from rich.console import RenderableType
 from textual.widget import Widget
 
 from tui.data import ChartPoint, MetricSeries
 from tui.format import RICH_STATUS_COLOURS, number
+from tui.text import Text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 AXIS_WIDTH = 8
@@ -95,6 +96,6 @@ class MetricChart(Widget):
         self.series = series
         self.refresh()
 
-    def render(self) -> Text:
+    def render(self) -> RenderableType:
         lines = chart_lines(self.series, self.size.width, self.size.height)
         return Text("\n").join(lines)

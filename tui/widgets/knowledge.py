@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-
 from tui import data
+from tui.text import Text
 
 
 def snippet_text(snippet: str) -> Text:

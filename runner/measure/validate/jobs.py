@@ -8,7 +8,6 @@ import contextlib
 import math
 import os
 import secrets
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -19,7 +18,7 @@ from kb import gitrepo
 from kb.db import now
 from kb.errors import UserError
 from kb.workspace import Workspace
-from runner.fleet.local import WRAPPER, kill_session
+from runner.fleet.local import kill_session, start_job
 from runner.harness import metric_filter
 from runner.harness.batch import Timeouts, batch_envs
 from runner.harness.prepare import prepare_workdir, remove_workdir, resolve_scripts, template_path
@@ -58,33 +57,10 @@ def _run_job(
     parser: LogParser,
     progress: Progress,
 ) -> _Job:
-    """Run one rendered task as the local fleet does, tailing its log into the parser."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "job.sh").write_text(WRAPPER, encoding="utf-8")
-    (job_dir / "run.sh").write_text(task.run, encoding="utf-8")
-    (job_dir / "task.yaml").write_text(task.to_yaml(), encoding="utf-8")
-    if setup and task.setup.strip():
-        (job_dir / "setup.sh").write_text(task.setup, encoding="utf-8")
-    env = {
-        **os.environ,
-        **task.envs,
-        # What a one-node SkyPilot job sees (the local fleet sets the same).
-        "SKYPILOT_NODE_RANK": "0",
-        "SKYPILOT_NUM_NODES": "1",
-        "SKYPILOT_TASK_ID": f"autoresearch-validate-{job_dir.name}",
-    }
+    """Run one rendered task as the local fleet does (runner.fleet.local.start_job), tailing its
+    log into the parser."""
     started = time.monotonic()
-    with open(log_path, "ab") as log:
-        child = subprocess.Popen(
-            ["bash", str(job_dir / "job.sh"), str(job_dir), str(task.workdir)],
-            cwd=job_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    child = start_job(task, job_dir, log_path, setup=setup, task_id=f"autoresearch-validate-{job_dir.name}")
     reported = 0
     offset = 0
     timed_out = False

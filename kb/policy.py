@@ -1,5 +1,9 @@
 """How an experiment is judged (`Policy`): the minimum effect, alpha, and the planned looks that
-alpha is spent over (the package docstring, *Repeated looks*, says why)."""
+alpha is spent over (runner/stats's package docstring, *Repeated looks*, says why).
+
+A pure value with no dependency, kept below everything so that its bounds are the one rule: the
+statistics (runner.stats re-exports it), the workspace config's [policy] (kb/config.py builds a
+Policy to validate the section), `analyze`, `redecide` and the import all accept what it accepts."""
 
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ class Policy:
     min_effect: float = 0.01
     """Smallest relative improvement worth keeping (0.01 = 1%)."""
     alpha: float = 0.05
-    """Error rate: intervals are at 1 - alpha overall; false keeps stay below alpha / 2."""
+    """Error rate: intervals are at 1 - alpha overall; false keeps stay below alpha / 2. Below 0.5:
+    at 0.5 a coin would keep a patch one time in four."""
     max_pairs: int = 80
     """The cap: at this many pairs an undecided experiment is inconclusive."""
     min_pairs: int = 8
@@ -40,8 +45,8 @@ class Policy:
     """Split alpha over the planned looks; False: one look at the whole alpha."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.alpha < 1:
-            raise UserError(f"alpha {self.alpha}: must lie between 0 and 1")
+        if not 0 < self.alpha < 0.5:
+            raise UserError(f"alpha {self.alpha}: must lie between 0 and 0.5")
         if not 0 <= self.min_effect < 1:
             raise UserError(f"min_effect {self.min_effect}: must lie in [0, 1)")
         if self.min_pairs < MIN_VALUES:
