@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SKIPS = """
 import os
+import pytest
 
 def test_skips_in_its_body():
     pytest.skip("no sandbox on this machine")
