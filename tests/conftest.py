@@ -1,10 +1,15 @@
-"""Shared fixtures: real git repositories and workspaces in tmp dirs, isolated from the user."""
+"""Shared fixtures: real git repositories and workspaces in tmp dirs, isolated from the user.
+
+Also the CI skip guard: under CI=true a skipped test fails the run, unless it belongs to an opt-in
+tier that is switched off (docs/testing.md). A skip is how a broken feature hides ("no sandbox on
+this machine", a version mismatch, a package that fails to import), and CI is where it must not.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -113,3 +118,70 @@ def queue_template(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
     from tests.runner.queue_support import mined_queue
 
     return mined_queue(tmp_path_factory.mktemp("queue"))
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The wheel built from the tree, its sdist and the wheel built from that (tests/packaging)."""
+    from tests.packaging.wheel_support import build_wheels
+
+    return build_wheels(tmp_path_factory.mktemp("packaging"))
+
+
+@pytest.fixture(scope="session")
+def installed_demo(tmp_path_factory: pytest.TempPathFactory, wheels):  # type: ignore[no-untyped-def]
+    """`autoresearch demo`, run once per session by the installed wheel from an empty folder: the
+    demo tests assert on its output and workspace, the packaging tests on the install."""
+    from tests.packaging.wheel_support import run_installed_demo
+
+    return run_installed_demo(tmp_path_factory.mktemp("installed-demo"), wheels["wheel"])
+
+
+# --- the CI skip guard ---------------------------------------------------------------------------
+
+# The opt-in tiers: a test with this marker may skip while its switch is off, and only then.
+OPT_IN_TIERS = {"llamacpp": "AUTORESEARCH_LLAMACPP"}
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def allowed_skip(item: pytest.Item) -> bool:
+    """Whether `item` may skip under CI: it belongs to an opt-in tier that is switched off."""
+    return any(
+        item.get_closest_marker(mark) is not None and os.environ.get(switch) != "1"
+        for mark, switch in OPT_IN_TIERS.items()
+    )
+
+
+def _reason(longrepr: object) -> str:
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and under_ci() and not hasattr(report, "wasxfail") and not allowed_skip(item):
+        tiers = ", ".join(f"{mark} while {switch} != 1" for mark, switch in OPT_IN_TIERS.items())
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI=true, where only the opt-in tiers may skip ({tiers}): "
+            f"{_reason(report.longrepr)}"
+        )
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """A whole module skipped at import (pytest.skip(allow_module_level=True)) fails under CI too."""
+    report = yield
+    if report.skipped and under_ci():
+        report.outcome = "failed"
+        report.longrepr = f"{collector.nodeid}: skipped whole under CI=true: {_reason(report.longrepr)}"
+    return report

@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from kb.errors import UserError
 from kb.search import search
 from runner.demo import FORK_NAME, DemoOptions, load_build_repos, prepare_folder, run_demo, summary_lines
 from runner.record.winners import provenance
+from tests.packaging.wheel_support import InstalledDemo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 300  # the issue's contract: the whole demo in under 5 minutes on 2 cores
@@ -34,7 +34,8 @@ build_repos = load_build_repos()
 PATCHES = build_repos.FORK_PATCHES
 ROLES = {p.file: i for i, p in enumerate(PATCHES)}
 
-pytestmark = pytest.mark.slow
+# The first test here may build the wheel and run the demo (the session fixture installed_demo).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -97,32 +98,17 @@ def _assert_expected(decisions: dict[int, dict[str, Any]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """`autoresearch demo DIR` in a real process, once for the tests of this module."""
-    base = tmp_path_factory.mktemp("demo")
-    (base / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "AUTORESEARCH_WORKSPACE"}
-    env.update(HOME=str(base / "home"), GIT_CONFIG_NOSYSTEM="1", DO_NOT_TRACK="1")
-    directory = base / "autoresearch-demo"
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "demo", str(directory)],
-        cwd=base,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    seconds = time.monotonic() - started
-    load = max(os.getloadavg()[1], os.getloadavg()[0])  # over the last 5 minutes and the last one
-    print(f"\nautoresearch demo: {seconds:.1f} s wall, load {load:.1f}\n{proc.stdout}\n{proc.stderr}")
+def demo_cli(installed_demo: InstalledDemo) -> Iterator[dict[str, Any]]:
+    """`autoresearch demo` as a user runs it: by the installed wheel, from an empty folder, once per
+    session (tests/conftest.py; tests/packaging checks the install itself)."""
+    directory = installed_demo.directory
     db = connect(directory / "autoresearch.db")
     yield {
         "dir": directory,
-        "proc": proc,
-        "seconds": seconds,
-        "load": load,
+        "proc": installed_demo.proc,
+        "seconds": installed_demo.seconds,
+        "cpu_seconds": installed_demo.cpu_seconds,
+        "load": installed_demo.load,
         "db": db,
         "fork": directory / "repos" / "fork",
     }
@@ -177,12 +163,13 @@ def test_demo_prints_progress_and_summary(demo_cli: dict[str, Any]) -> None:
 
 
 def test_demo_runs_within_its_time_budget(demo_cli: dict[str, Any]) -> None:
-    # The budget is for a 2-core machine running the demo, not one shared with other heavy jobs:
-    # over budget on an overloaded machine is reported, not judged.
-    seconds, load, cores = demo_cli["seconds"], demo_cli["load"], os.cpu_count() or 1
-    if seconds >= BUDGET_SECONDS and load > 2 * cores:
-        pytest.skip(f"{seconds:.0f} s, but the machine was overloaded (load {load:.1f} on {cores} cores)")
-    assert seconds < BUDGET_SECONDS, f"the demo took {seconds:.0f} s (load {load:.1f})"
+    # The budget is for a 2-core machine running the demo alone. Judged on the CPU time of the
+    # demo's processes, which other work on the machine does not inflate: within the budget even
+    # on one core (on two, the wall clock is below it with room to spare).
+    seconds, cpu, load = demo_cli["seconds"], demo_cli["cpu_seconds"], demo_cli["load"]
+    assert 0 < cpu < BUDGET_SECONDS, (
+        f"the demo used {cpu:.0f} s of CPU ({seconds:.0f} s wall, load {load:.1f})"
+    )
 
 
 def test_the_demo_config_reaches_the_benchmark(demo_cli: dict[str, Any]) -> None:
@@ -372,6 +359,9 @@ def test_shuffled_titles_get_the_same_decisions(tmp_path: Path) -> None:
     assert len(data["research"][0]["found"]) == len(PATCHES) + 1
     assert data["stop_reason"] == "no_hypotheses"
     assert data["stop_meaning"] == "the research phase found nothing new to try"
+    assert data["run_status"] == "finished" and Path(data["workspace"]) == (tmp_path / "ws").resolve()
+    kept = sorted(e["id"] for e in decisions.values() if e["status"] == "kept")
+    assert sorted(k["experiment_id"] for k in data["kept"]) == kept and len(kept) == 2
     db.conn.close()
 
 

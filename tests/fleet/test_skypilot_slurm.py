@@ -6,13 +6,20 @@
    batches finish without it, and one cluster then loses its Slurm allocation (a preemption).
    `run --resume` collects the surviving batch, finds the lost cluster, queues its experiment
    again (it runs on the other cluster), downs a cluster recorded for a dead run, runs the failing
-   experiment (wrong result: the checks fail, the job FAILED) on a cluster reused through
-   `sky.exec`, and downs every cluster at the end.
+   experiment (wrong result: the checks fail, the job FAILED) and a tampering candidate on
+   clusters reused through `sky.exec`, and downs every cluster at the end. The harness there runs
+   as the cluster's user (the login user, not root: a user namespace): the candidate whose build
+   rewrites the benchmark, forges markers with a nonce read from /proc and replaces the baseline's
+   binary is not kept, and every experiment records the isolation the cluster gave it.
+   What the SDK smoke test of scripts/slurm/smoke.py showed (launch, a job's log fetched, a second
+   job through `sky.exec` numbered after the first, nothing left after down) is shown here too.
 2. No capacity (more CPUs than the node has) is a state: the run stops after `max_failures`.
 3. A cluster noisier than `noise_limit` is downed and replaced (here every one is: the run stops).
 
-Skips when the cluster is not reachable; under CI=true that skip is a failure (.ci/run brings the
-cluster up). Everything runs in subprocesses with `<state>/env.sh` (see slurm_support.py).
+Each test has a deadline (pytest-timeout) well under ten minutes; past it the test fails and its
+`finally` still downs what it launched. Skips when the cluster is not reachable; under CI=true that
+skip is a failure (.ci/run brings the cluster up). Everything runs in subprocesses with
+`<state>/env.sh` (see slurm_support.py).
 """
 
 from __future__ import annotations
@@ -43,16 +50,20 @@ from tests.runner.runner_target import make_workspace, must, queue
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 PRICE = 0.5
-# One batch of 12 pairs per experiment, decided at once (a pair costs ~0.1 s; a batch ~40 s of
-# SkyPilot round trips on this machine).
-PAIRS = 12
+# One batch of 8 pairs per experiment, decided at once (a pair costs ~0.1 s; a batch ~40 s of
+# SkyPilot round trips on this machine): enough for the speedup (+100%) and slowdown (-50%).
+PAIRS = 8
 POLICY = {
     "min_effect": 0.05,
     "min_pairs": PAIRS,
     "batch_pairs": PAIRS,
     "max_pairs": PAIRS,
-    "self_test_pairs": 6,
+    "self_test_pairs": 4,
 }
+# Each test's deadline, its clusters' launches and downs included (a hung cluster fails the test
+# loudly, long before CI's own limit); the subprocesses' own timeouts stay inside it.
+DEADLINE = 420
+ATTACKS = ("rewrite_bench", "forge_proc", "baseline_tree")
 TIMEOUTS = {"build": 120, "bench": 30, "check": 60}
 
 
@@ -78,7 +89,7 @@ def sky_settings(env: dict[str, str], **overrides: Any) -> dict[str, Any]:
 
 
 def cli(
-    env: dict[str, str], ws: Workspace, *args: str, timeout: float = 900
+    env: dict[str, str], ws: Workspace, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tui.cli", "--workspace", str(ws.root), *args],
@@ -90,15 +101,25 @@ def cli(
     )
 
 
-def wait_for(what: str, check: Any, timeout: float, log: Path | None = None) -> Any:
+def wait_for(what: str, check: Any, timeout: float, log: Path | None = None, every: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
-        time.sleep(2)
+        time.sleep(every)
     tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
+
+
+def timeline(ws: Workspace, since: float) -> str:
+    """Where a test's time went: the runs' events, seconds from `since` (wall clock), one a line."""
+    db = ws.db()
+    try:
+        found = rows(db, "SELECT ts, kind, message FROM events ORDER BY id")
+    finally:
+        db.conn.close()
+    return "\n".join(f"{e['ts'] - since:7.1f} s  {e['kind']}: {e['message'][:120]}" for e in found)
 
 
 @pytest.fixture
@@ -106,14 +127,26 @@ def slurm_env() -> dict[str, str]:
     return require_cluster()
 
 
+@pytest.mark.timeout(DEADLINE + 120)  # the longest: two clusters, a kill, a resume
 def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    from runner.hypotheses import add_hypothesis, add_patch
+    from tests.runner.attacks import RUNTIME, runtime_diff
+
     env = slurm_env
     ws, target = make_workspace(tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet=sky_settings(env))
     patches = queue(ws, target, ["speedup", "slowdown", "wrong"])
     db = ws.db()
+    # One tampering candidate, after the others (it runs once the runner is resumed): its build
+    # tries three attacks in turn, each saying in the log what it managed.
+    hid = add_hypothesis(db, "Candidate tamper", status="approved", priority=0)
+    assert hid is not None
+    script = "".join(RUNTIME[name] for name in ATTACKS)
+    tamper = add_patch(db, hid, runtime_diff(target, script), author_kind="manual", author="tamper")
     started = time.monotonic()
+    wall_start = time.time()
     log = tmp_path / "runner.log"
     summary: dict[str, Any] = {}
+    runner: subprocess.Popen[bytes] | None = None
     try:
         with open(log, "wb") as out:
             runner = subprocess.Popen(
@@ -146,7 +179,7 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
             )
             return found if len(found) == 2 and any(j["status"] == "running" for j in found) else []
 
-        wave_jobs = wait_for("both wave-1 batches submitted", mid_wave, 900, log)
+        wave_jobs = wait_for("both wave-1 batches submitted", mid_wave, 360, log)
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         killed_at = time.monotonic() - started
@@ -167,7 +200,8 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
             states = sky_query(env, code)
             return all(v in ("SUCCEEDED", "FAILED") for v in states.values())
 
-        wait_for("the orphaned batches to finish on their clusters", finished_meanwhile, 600)
+        # Each query is a process importing sky (seconds of CPU): every 5 s, not faster.
+        wait_for("the orphaned batches to finish on their clusters", finished_meanwhile, 240, every=5)
         run_before = must(one(db, "SELECT * FROM runs WHERE name = 'slurm'"))
         assert run_before["status"] in ("running", "interrupted")
 
@@ -197,13 +231,16 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
             },
         )
 
-        resumed = cli(env, ws, "run", "--resume", "--run", str(run_before["id"]), "--json", timeout=1200)
+        resumed = cli(env, ws, "run", "--resume", "--run", str(run_before["id"]), "--json", timeout=DEADLINE)
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
         summary = json.loads(resumed.stdout)
         total = time.monotonic() - started
     finally:
-        # Whatever happened, no cluster of this test may survive it.
-        cleanup = cli(env, ws, "fleet", "down", "--all", "--json", timeout=900)
+        # Whatever happened (the deadline too), no cluster of this test may survive it.
+        if runner is not None and runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+        cleanup = cli(env, ws, "fleet", "down", "--all", "--json", timeout=300)
+        print(f"\ntimeline (shown when the test fails):\n{timeline(ws, wall_start)}")
 
     assert cleanup.returncode == 0, cleanup.stderr
     assert summary["status"] == "finished", summary
@@ -221,7 +258,7 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     assert slowdown["status"] == "discarded" and slowdown["effect"] < -0.3, slowdown
     assert wrong["status"] == "checks_failed", wrong
     assert [w["experiment_id"] for w in summary["winners"]] == [speedup["id"]]
-    for exp in (speedup, slowdown):  # 12 pairs x 2 sides, one sample per invocation, none twice
+    for exp in (speedup, slowdown):  # PAIRS pairs x 2 sides, one sample per invocation, none twice
         got = must(
             one(
                 db,
@@ -295,6 +332,20 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     assert kinds.count("worker_ready") >= 2 and kinds.count("worker_lost") == 1 and "recovered" in kinds
     assert json.loads(workers[lost_cluster]["meta"])["reason"].startswith("the cluster is gone")
 
+    # The tampering candidate, run by the harness as the cluster's user (a user namespace): not
+    # kept, each attack seen failing in its log; every experiment records that isolation.
+    evil = must(one(db, "SELECT * FROM experiments WHERE patch_id = ? ORDER BY id DESC LIMIT 1", [tamper]))
+    assert evil["status"] in ("discarded", "inconclusive"), evil
+    measured = rows(db, "SELECT meta FROM experiments WHERE run_id = ? AND status != 'lost'", [run["id"]])
+    isolation = {json.loads(e["meta"]).get("isolation") for e in measured}
+    assert isolation == {"userns+pid+mount"}, [json.loads(e["meta"]) for e in measured]
+    log_text = "".join(p.read_text() for p in Path(evil["log_dir"]).glob("batch-*.log"))
+    assert "sandbox: userns+pid+mount" in log_text
+    assert "evil: autoresearch.sh is read-only" in log_text  # rewrite_bench
+    assert "evil: nonce=unknown log=unknown" in log_text  # forge_proc
+    assert "evil: the baseline tree is out of reach" in log_text  # baseline_tree
+    assert "evil: rewrote" not in log_text and "evil: replaced" not in log_text
+
     # Nothing left: SkyPilot knows none of the clusters, Slurm holds no allocation for them.
     assert cluster_names(env, sorted(workers)) == []
     assert not [line for line in slurm_jobs_of_login_user() if "ar-r" in line]
@@ -305,12 +356,13 @@ def test_a_wave_on_two_clusters_killed_resumed_and_downed(slurm_env: dict[str, s
     print(f"\nslurm suite: killed after {killed_at:.0f}s, run done after {total:.0f}s")
 
 
+@pytest.mark.timeout(DEADLINE)
 def test_no_capacity_is_a_state_and_stops_the_run(slurm_env: dict[str, str], tmp_path: Path) -> None:
     env = slurm_env
     fleet = sky_settings(env, cpus="64", max_failures=2, stagger_seconds=0)
     ws, target = make_workspace(tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet=fleet)
     queue(ws, target, ["speedup"])
-    result = cli(env, ws, "run", "--skip-self-test", "--no-final", timeout=600)
+    result = cli(env, ws, "run", "--skip-self-test", "--no-final", timeout=DEADLINE)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "fleet.skypilot: 2 clusters in a row failed to launch or qualify" in last, result.stderr
@@ -341,7 +393,7 @@ def test_no_capacity_is_a_state_and_stops_the_run(slurm_env: dict[str, str], tmp
             "started_at": now() - 60,
         },
     )
-    downed = cli(env, ws, "fleet", "down", "--json", timeout=600)
+    downed = cli(env, ws, "fleet", "down", "--json", timeout=300)
     assert downed.returncode == 0, downed.stderr
     assert [(d["name"], d["status"], d["teardown"]) for d in json.loads(downed.stdout)["downed"]] == [
         ("ar-r9-5tray0", "down", "done")
@@ -352,6 +404,7 @@ def test_no_capacity_is_a_state_and_stops_the_run(slurm_env: dict[str, str], tmp
     )
 
 
+@pytest.mark.timeout(DEADLINE)
 def test_a_noisy_cluster_is_downed_and_replaced(slurm_env: dict[str, str], tmp_path: Path) -> None:
     env = slurm_env
     # One cluster at a time, and a noise limit no real measurement meets: the first cluster is
@@ -359,7 +412,10 @@ def test_a_noisy_cluster_is_downed_and_replaced(slurm_env: dict[str, str], tmp_p
     fleet = sky_settings(env, max_clusters=1, noise_limit=0.0001, max_failures=2)
     ws, target = make_workspace(tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet=fleet)
     queue(ws, target, ["speedup"])
-    result = cli(env, ws, "run", "--no-final", timeout=900)
+    try:
+        result = cli(env, ws, "run", "--no-final", timeout=DEADLINE)
+    finally:  # the deadline too: no cluster of this test may survive it
+        cli(env, ws, "fleet", "down", "--all", "--json", timeout=300)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "fleet.skypilot: 2 clusters in a row failed to launch or qualify" in last, result.stderr
@@ -375,59 +431,4 @@ def test_a_noisy_cluster_is_downed_and_replaced(slurm_env: dict[str, str], tmp_p
     assert workers[0]["ended_at"] <= second["launched_at"]
     kinds = [e["kind"] for e in rows(db, "SELECT kind FROM events ORDER BY id")]
     assert kinds.count("worker_failed") == 2 and "worker_added" in kinds
-    assert cluster_names(env, [w["name"] for w in workers]) == []
-
-
-def test_one_wave_of_tampering_candidates_and_an_honest_one(
-    slurm_env: dict[str, str], tmp_path: Path
-) -> None:
-    """The harness on SkyPilot clusters: the same template and harness as the local fleet, run as
-    the cluster's user (the login user, not root: a user namespace). One wave: the honest speedup
-    and candidates whose build rewrites the benchmark, forges markers with a nonce read from /proc,
-    and replaces the baseline's binary. Only the honest one is kept; every experiment records the
-    isolation the cluster gave it."""
-    from runner.hypotheses import add_hypothesis, add_patch
-    from tests.runner.attacks import RUNTIME, runtime_diff
-    from tests.runner.runner_target import make_diff
-
-    env = slurm_env
-    ws, target = make_workspace(
-        tmp_path, policy=POLICY, timeouts=TIMEOUTS, fleet={**sky_settings(env), "wave_size": 4}
-    )
-    attacks = ("rewrite_bench", "forge_proc", "baseline_tree")
-    db = ws.db()
-    ids: dict[str, int] = {}
-    for i, (name, diff) in enumerate(
-        [("honest", make_diff(target, "speedup"))] + [(n, runtime_diff(target, RUNTIME[n])) for n in attacks]
-    ):
-        hid = add_hypothesis(db, f"Candidate {name}", status="approved", priority=100 - i)
-        assert hid is not None
-        ids[name] = add_patch(db, hid, diff, author_kind="manual", author=f"{name}.patch")
-    try:
-        result = cli(env, ws, "run", "--skip-self-test", "--no-final", "--json", timeout=1800)
-    finally:
-        cleanup = cli(env, ws, "fleet", "down", "--all", "--json", timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert cleanup.returncode == 0, cleanup.stderr
-    summary = json.loads(result.stdout)
-    assert summary["status"] == "finished" and len(summary["experiments"]) == 4, summary
-    exps = {
-        name: must(one(db, "SELECT * FROM experiments WHERE patch_id = ?", [pid]))
-        for name, pid in ids.items()
-    }
-    assert exps["honest"]["status"] == "kept", exps["honest"]
-    for name in attacks:
-        assert exps[name]["status"] in ("discarded", "inconclusive"), (name, exps[name])
-    isolation = {json.loads(e["meta"])["isolation"] for e in exps.values()}
-    assert isolation == {"userns+pid+mount"}, [json.loads(e["meta"]) for e in exps.values()]
-    logs = {
-        n: "".join(p.read_text() for p in Path(e["log_dir"]).glob("batch-*.log")) for n, e in exps.items()
-    }
-    assert "sandbox: userns+pid+mount" in logs["honest"]
-    assert "evil: autoresearch.sh is read-only" in logs["rewrite_bench"]
-    assert "evil: nonce=unknown log=unknown" in logs["forge_proc"]
-    assert "evil: the baseline tree is out of reach" in logs["baseline_tree"]
-    run = must(one(db, "SELECT * FROM runs"))
-    assert [w["experiment_id"] for w in summary["winners"]] == [exps["honest"]["id"]]
-    workers = rows(db, "SELECT * FROM workers WHERE run_id = ?", [run["id"]])
     assert cluster_names(env, [w["name"] for w in workers]) == []

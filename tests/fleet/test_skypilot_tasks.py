@@ -28,7 +28,7 @@ from runner.fleet.skypilot import (
     write_manifest,
 )
 from runner.harness.template import load_template, render
-from tests.runner.runner_target import make_workspace, must
+from tests.runner.runner_target import make_workspace, must, queue
 
 ROOT = Path(__file__).resolve().parents[2]
 SKY_FLEET = {
@@ -203,12 +203,50 @@ def test_a_malformed_resource_spec_stops_the_cli_before_anything_launches(
     assert not list((ws.worktrees_dir).glob("*qualify*"))
 
 
-def test_the_local_backend_needs_no_sky(tmp_path: Path) -> None:
-    # The local fleet's preflight is a no-op: a workspace with a broken skypilot section still runs locally.
-    from runner.fleet import preflight
+LOCAL_RUN = """
+import json, sys
+from tui.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    print("IMPORTED " + json.dumps(sorted(m for m in sys.modules if m == "sky" or m.startswith("sky."))))
+"""
 
-    ws, _ = make_workspace(tmp_path, fleet={"skypilot": {"cpus": "lots"}})
-    preflight("local", ws)
+
+def test_the_local_backend_needs_no_sky(tmp_path: Path) -> None:
+    """A run on the local fleet, in a process of its own, never imports `sky` (seconds of import
+    time, and a broken SkyPilot install must not stop local runs): its workspace even has a
+    skypilot section SkyPilot would refuse."""
+    ws, target = make_workspace(
+        tmp_path,
+        fleet={"skypilot": {"cpus": "lots"}},
+        policy={"min_pairs": 4, "batch_pairs": 4, "max_pairs": 4},
+    )
+    queue(ws, target, ["speedup"])
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LOCAL_RUN,
+            "--workspace",
+            str(ws.root),
+            "run",
+            "--skip-self-test",
+            "--no-final",
+        ]
+        + ["--json"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout[: run.stdout.rindex("IMPORTED ")])
+    [measured] = summary["experiments"]  # a local job ran it: pairs measured, a decision
+    assert summary["status"] == "finished" and measured["pairs"] == 4, summary
+    assert measured["status"] in ("kept", "discarded", "inconclusive"), measured
+    assert json.loads(run.stdout.rsplit("IMPORTED ", 1)[1]) == []
 
 
 def test_task_names_are_made_valid() -> None:

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.config import InventoryRule, InventorySettings
+from kb.errors import UserError
 from kb.inventory import Inventory, scan_path
 from kb.inventory.model import DEFAULT_VIEW_OPS, normalise
 from runner.demo import DEMO_INVENTORY
@@ -425,7 +426,7 @@ def test_config_rules_read_a_demo_shaped_tree(tmp_path: Path) -> None:
     assert [(g.key, g.present, g.missing) for g in inv.gaps] == [("RMS_NORM+MUL", ("accel",), ("cpu",))]
     assert {(s.backend, s.op) for s in inv.singles} == {("accel", "SOFT_MAX"), ("cpu", "SOFT_MAX")}
     # without the rules the same tree has no recognisable backends
-    with pytest.raises(Exception, match="no recognisable backends"):
+    with pytest.raises(UserError, match=f"^{re.escape(str(tree.resolve()))}: no recognisable backends"):
         scan_path(tree, InventorySettings())
 
 

@@ -28,7 +28,7 @@ from kb.config import Settings
 from runner.recipes.llamacpp import SERVER_BUILD_CMD
 from tests.llamacpp.recipe_support import OPT_IN, build_clone, init_recipe, recipe_env
 
-pytestmark = [pytest.mark.llamacpp, OPT_IN]
+pytestmark = [pytest.mark.llamacpp, OPT_IN, pytest.mark.timeout(3600)]  # builds llama.cpp: up to 25 min
 
 MODEL = "openai/gemma-3-270m"
 

@@ -20,7 +20,7 @@ import pytest
 from runner.harness.protocol import Metric, parse_metric_line
 from tests.llamacpp.recipe_support import OPT_IN, build_clone, init_recipe, recipe_env
 
-pytestmark = [pytest.mark.llamacpp, OPT_IN]
+pytestmark = [pytest.mark.llamacpp, OPT_IN, pytest.mark.timeout(3600)]  # builds llama.cpp: up to 25 min
 
 
 def test_recipe_builds_benchmarks_and_checks(tmp_path: Path) -> None:

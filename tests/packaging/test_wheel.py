@@ -1,91 +1,32 @@
-"""The package as a user installs it: a wheel built from this tree, installed into a fresh venv,
-runs `autoresearch demo` from an empty folder with no source tree on its path.
-
-The build runs in a copy of the tree's files (what a clean clone holds), so build/ and *.egg-info
-never land in the developer's checkout. It needs no network: no build isolation (the test venv's
-setuptools builds) and no dependencies installed into the new venv, which sees the test venv's
-packages through a .pth file, added after the install so pip never looks at them. Such a path is
-only put on sys.path, its own .pth files are not run, so the test venv's editable install of
-autoresearch (a finder hook in a .pth) cannot mask the wheel: the test checks where every
-package is imported from.
+"""The package as a user installs it: a wheel built from this tree (and from its sdist), installed
+into a fresh venv, runs `autoresearch demo` from an empty folder with no source tree on its path.
+The build, the install and the demo run are made once per session (tests/packaging/wheel_support.py,
+fixtures `wheels` and `installed_demo` in tests/conftest.py); tests/demo asserts on the same run.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-import os
-import sqlite3
-import subprocess
-import sys
-import sysconfig
 import tarfile
-import time
 import tomllib
 import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from kb import gitrepo
+from kb.db import connect, rows
+from tests.packaging.wheel_support import ROOT, InstalledDemo, run, tracked_files
+
 PACKAGES = ("kb", "runner", "tui", "autoresearch_examples")
-pytestmark = pytest.mark.slow
+# The first test here may build the wheel and run the demo (the session fixture installed_demo).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 WHERE_FROM = """
 import json, kb, runner, tui, autoresearch_examples, kb.packaged as p
 modules = [m.__file__ for m in (kb, runner, tui, autoresearch_examples)]
 print(json.dumps([*modules, str(p.demo_dir()), str(p.llamacpp_script("autoresearch.sh"))]))
 """
-
-
-def _run(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-    assert proc.returncode == 0, f"{' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
-
-
-def _tracked_files() -> list[str]:
-    """The tree's files as a clean clone has them (tracked, plus new ones not ignored)."""
-    out = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], ROOT)
-    return sorted({name for name in out.split("\0") if name and os.path.lexists(ROOT / name)})
-
-
-def _copy_sources(dest: Path) -> None:
-    for name in _tracked_files():
-        source, target = ROOT / name, dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            target.symlink_to(os.readlink(source))  # relative links stay inside the copy
-        else:
-            target.write_bytes(source.read_bytes())
-            target.chmod(source.stat().st_mode)
-
-
-def _build_wheel(source: Path, dist: Path) -> Path:
-    pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    _run([*pip_wheel, "-w", str(dist), str(source)], source)
-    (wheel,) = dist.glob("autoresearch-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The wheel built from the tree, and the one built from the tree's sdist (as `build` does)."""
-    base = tmp_path_factory.mktemp("packaging")
-    source = base / "src"
-    _copy_sources(source)
-    started = time.monotonic()
-    direct = _build_wheel(source, base / "dist")
-    sdist_hook = f"from setuptools import build_meta; build_meta.build_sdist({str(base / 'sdist')!r})"
-    _run([sys.executable, "-c", sdist_hook], source)
-    (sdist,) = (base / "sdist").glob("autoresearch-*.tar.gz")
-    with tarfile.open(sdist) as tar:
-        tar.extractall(base / "unpacked", filter="data")
-    (unpacked,) = (base / "unpacked").iterdir()
-    from_sdist = _build_wheel(unpacked, base / "dist-sdist")
-    print(f"\nwheel and sdist -> wheel built in {time.monotonic() - started:.1f} s")
-    return {"wheel": direct, "sdist": sdist, "wheel_from_sdist": from_sdist}
 
 
 def _wheel_files(wheel: Path) -> set[str]:
@@ -95,7 +36,7 @@ def _wheel_files(wheel: Path) -> set[str]:
 
 def test_wheel_carries_every_package_and_data_file(wheels: dict[str, Path]) -> None:
     files = _wheel_files(wheels["wheel"])
-    tracked = _tracked_files()
+    tracked = tracked_files()
     # Every Python package of the tree, subpackages included (setup.py's find).
     for init in (n for n in tracked if n.endswith("/__init__.py") and n.split("/")[0] in PACKAGES[:3]):
         assert init in files, f"{init}: package missing from the wheel"
@@ -126,7 +67,7 @@ def test_no_dead_package_data_entries() -> None:
     """Each package-data pattern in pyproject.toml matches at least one file of its package."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     folders = {"autoresearch_examples": "examples"}
-    tracked = _tracked_files()
+    tracked = tracked_files()
     for package, patterns in config["package-data"].items():
         folder = folders.get(package, package.replace(".", "/"))
         inside = [n[len(folder) + 1 :] for n in tracked if n.startswith(folder + "/")]
@@ -141,47 +82,29 @@ def test_no_dead_package_data_entries() -> None:
             assert matched, f"package-data {package!r}: {pattern!r} matches no file"
 
 
-def _venv_with_wheel(base: Path, wheel: Path) -> Path:
-    """A fresh venv holding only the wheel; the test venv's packages visible behind it."""
-    venv = base / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base)
-    python = venv / "bin" / "python"
-    _run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], base
-    )
-    site = Path(
-        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], base).strip()
-    )
-    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (site / "test-environment.pth").write_text("".join(f"{p}\n" for p in sorted(ours)), encoding="utf-8")
-    return venv
-
-
-def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheels: dict[str, Path], tmp_path: Path) -> None:
-    venv = _venv_with_wheel(tmp_path, wheels["wheel"])
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AUTORESEARCH_WORKSPACE")}
-    env.update(HOME=str(tmp_path / "home"), GIT_CONFIG_NOSYSTEM="1", DO_NOT_TRACK="1")
-    (tmp_path / "home").mkdir(exist_ok=True)  # the autouse _isolate fixture may have made it
-
+def test_installed_wheel_runs_the_demo_from_an_empty_folder(installed_demo: InstalledDemo) -> None:
+    demo = installed_demo
     # Every package comes from the new venv, the demo's files too: none from the source tree.
-    where = json.loads(_run([str(venv / "bin" / "python"), "-c", WHERE_FROM], empty, env=env))
+    where = json.loads(run([str(demo.venv / "bin" / "python"), "-c", WHERE_FROM], demo.folder, env=demo.env))
     for path in where:
-        assert Path(path).resolve().is_relative_to(venv.resolve()), f"{path}: not from the installed wheel"
+        assert Path(path).resolve().is_relative_to(demo.venv.resolve()), (
+            f"{path}: not from the installed wheel"
+        )
 
-    started = time.monotonic()
-    out = _run([str(venv / "bin" / "autoresearch"), "demo", "--json"], empty, timeout=900, env=env)
-    print(f"\ninstalled wheel: autoresearch demo in {time.monotonic() - started:.1f} s")
-    result = json.loads(out)
-    assert result["run_status"] == "finished", result.get("error")
-    workspace = empty / "autoresearch-demo"
-    assert Path(result["workspace"]) == workspace.resolve()
-    assert len(result["kept"]) == 2 and all(k["commit"] for k in result["kept"])
-    # The autopilot's two research phases and why the run stopped, in the --json output.
-    assert [(r["phase"], r["after_waves"], r["mined"]) for r in result["research"]] == [(1, 0, 7), (2, 1, 0)]
-    assert result["stop_reason"] == "no_hypotheses" and result["stop_meaning"]
-    with sqlite3.connect(workspace / "autoresearch.db") as conn:
-        winners = conn.execute("SELECT experiment_id, commit_sha FROM winners ORDER BY position").fetchall()
-    assert sorted(w[0] for w in winners) == sorted(k["experiment_id"] for k in result["kept"])
-    assert (workspace / "reports" / "demo.md").is_file()
+    # `autoresearch demo` with no folder named: ./autoresearch-demo, the whole loop to its end.
+    assert demo.proc.returncode == 0, demo.proc.stderr
+    assert sorted(p.name for p in demo.folder.iterdir()) == ["autoresearch-demo"]
+    assert f"Report: {demo.directory.resolve()}/reports/demo.md" in demo.proc.stdout
+    db = connect(demo.directory / "autoresearch.db")
+    try:
+        run_row = rows(db, "SELECT status, stop_reason FROM runs WHERE name = 'demo'")
+        assert run_row == [{"status": "finished", "stop_reason": "no_hypotheses"}]
+        winners = rows(db, "SELECT commit_sha FROM winners ORDER BY position")
+    finally:
+        db.conn.close()
+    # Two winners, committed on the demo's branch of the workspace's mirror.
+    mirror = gitrepo.open_repo(demo.directory / "mirror.git")
+    head = gitrepo.branch_head(mirror, "autoresearch/demo")
+    assert len(winners) == 2 and head is not None
+    assert all(gitrepo.is_ancestor(mirror, w["commit_sha"], head) for w in winners)
+    assert (demo.directory / "reports" / "demo.md").is_file()

@@ -75,6 +75,8 @@ class QueueRepos:
     """What the miner should leave out: cuda, docs, server, build."""
     queued: int
     """Fork commits the miner should queue."""
+    core: int = 0
+    model: int = 0
     shas: dict[str, str] = field(default_factory=dict)
     """Subject -> sha of the fork's commits."""
 
@@ -243,6 +245,8 @@ def build_queue_repos(
         soft=soft_fs,
         left_out=left,
         queued=cpu_functions + seconds + core + model,
+        core=core,
+        model=model,
         shas=shas,
     )
 
@@ -268,8 +272,25 @@ class MinedQueue:
     report: dict[str, Any]
 
 
+# The tests' queue: a quarter of build_queue_repos' default (5,000), in the same proportions. Every
+# behaviour they check (families, rebased and needs_port commits, commits left out, pages, thousands
+# in the page lines) shows at 1,250; benchmarks/bench_queue.py measures 10,000.
+TEST_QUEUE = {
+    "cpu_functions": 900,
+    "seconds": 300,
+    "core": 25,
+    "model": 25,
+    "cuda": 75,
+    "docs": 25,
+    "server": 13,
+    "build": 12,
+    "hard": 10,
+    "soft": 10,
+}
+
+
 def mined_queue(root: Path) -> MinedQueue:
-    """Build the repositories, a workspace on them, add the fork and mine it (about 20 s on 2 cores)."""
+    """Build the repositories (TEST_QUEUE), a workspace on them, add the fork and mine it."""
     import pytest
 
     from kb.forks import add_fork
@@ -280,7 +301,7 @@ def mined_queue(root: Path) -> MinedQueue:
         mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
         mp.delenv("AUTORESEARCH_WORKSPACE", raising=False)
         (root / "home").mkdir(parents=True, exist_ok=True)
-        repos = build_queue_repos(root / "repos")
+        repos = build_queue_repos(root / "repos", **TEST_QUEUE)
         ws = queue_workspace(root / "ws", repos)
         db = ws.db()
         add_fork(ws, db, "fast", str(repos.fork))

@@ -22,6 +22,7 @@ from runner.harness.prepare import prepare_workdir, resolve_scripts
 from runner.harness.protocol import LogParser
 from runner.harness.sandbox import HARNESS_DIR, sandbox_envs
 from tests.runner.runner_target import make_workspace
+from tests.runner.sandbox_marks import methods_and_isolation
 
 NONCE = "feedc0ffee123456"
 IS_ROOT = os.geteuid() == 0
@@ -113,8 +114,7 @@ def test_packaged_harness_is_written_with_what_the_baseline_protects(tmp_path: P
     assert (folder / "files" / "autoresearch.sh").read_bytes() == bench
 
 
-@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root")
-@pytest.mark.parametrize(("method", "mode"), [("auto", "uid+pid+mount"), ("userns", "userns+pid+mount")])
+@pytest.mark.parametrize(("method", "mode"), methods_and_isolation())
 def test_a_step_sees_only_its_own_tree(tmp_path: Path, method: str, mode: str) -> None:
     ws, workdir = prepared(tmp_path, sandbox={"method": method})
     db = ws.db_path

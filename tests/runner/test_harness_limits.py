@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.runner.runner_target import live_processes_under
+from tests.runner.sandbox_marks import methods
 from tests.runner.test_harness import NONCE, RUN, prepared, run_steps, run_template
 
 IS_ROOT = os.geteuid() == 0
@@ -36,8 +37,8 @@ print("forked", n, flush=True)
 """
 
 
-@pytest.mark.skipif(not IS_ROOT or not HAS_PYTHON, reason="the uid method needs root; the probe python3")
-@pytest.mark.parametrize("method", ["auto", "userns"])
+@pytest.mark.skipif(not HAS_PYTHON, reason="the probe is python3")
+@pytest.mark.parametrize("method", methods())
 def test_a_step_is_the_oom_killers_first_choice_and_forks_within_a_limit(tmp_path: Path, method: str) -> None:
     """A memory hog spread over many processes, each smaller than the runner, would have the kernel's
     OOM killer pick the runner: every process of a step scores 1000 and cannot lower it. Under the
@@ -111,8 +112,8 @@ print("searched")
 """
 
 
-@pytest.mark.skipif(not IS_ROOT or not HAS_PYTHON, reason="the uid method needs root; the probe python3")
-@pytest.mark.parametrize("method", ["auto", "userns"])
+@pytest.mark.skipif(not HAS_PYTHON, reason="the probe is python3")
+@pytest.mark.parametrize("method", methods())
 def test_no_key_a_step_leaves_in_a_keyring_reaches_the_next(tmp_path: Path, method: str) -> None:
     """The candidate's step adds keys to its session keyring and its user's keyrings; the baseline's
     step after it finds none of them, nor the key the harness's own session keyring holds (a login

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from runner.measure.jobs import MAX_JOB_WARNINGS
 from runner.measure.run import RunOptions, start_run
 from tests.runner.attacks import RUNTIME, runner_code_attack, runtime_diff
 from tests.runner.runner_target import ITERS, git, live_processes_under, make_diff, make_workspace, must
+from tests.runner.sandbox_marks import methods_and_isolation
 
 ONE_LOOK = {"min_pairs": 16, "batch_pairs": 16, "max_pairs": 16, "min_effect": 0.05}
 IS_ROOT = os.geteuid() == 0
@@ -102,8 +104,7 @@ def wait_until_gone(root: Path, seconds: float = 20) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not IS_ROOT, reason="the uid method needs root (the userns one is tested alike)")
-@pytest.mark.parametrize(("method", "isolation"), [("auto", "uid+pid+mount"), ("userns", "userns+pid+mount")])
+@pytest.mark.parametrize(("method", "isolation"), methods_and_isolation())
 def test_in_the_sandbox_no_attack_is_kept_and_the_honest_patch_is(
     tmp_path: Path, method: str, isolation: str
 ) -> None:
@@ -313,25 +314,44 @@ def test_a_candidate_that_fills_the_disk_is_crashed_and_the_run_goes_on(tmp_path
 def test_a_candidate_printing_zero_does_not_crash_its_wave_mates(tmp_path: Path) -> None:
     """A value of 0 has no log ratio: the experiment that printed it ends `crashed`. The wave is
     judged as one (false discoveries across it), and an honest experiment decided while that one
-    still ran was crashed with it. The zero here prints its first zeros at once, then sleeps a
-    second an invocation, and the two workers do not take turns (no machine lock): the honest batch
-    is decided while the zero's first pairs are stored and its job runs on."""
+    still ran was crashed with it. The zero here prints its first zeros at once, then from pair 2
+    on waits (at most a second an invocation) for a gate file the test puts in its tree once the
+    honest experiment is decided; the two workers do not take turns (no machine lock): the honest
+    batch is decided while the zero's first pairs are stored and its job runs on."""
     fleet = {"parallel": 2, "wave_size": 2, "exclusive_pairs": False}
     ws, target = make_workspace(tmp_path, policy=ONE_LOOK, fleet=fleet)
     prog = target / "prog.c"
     original = prog.read_text()
     line = 'printf("throughput=%.4f\\n", 1.0 / (t1 - t0));'
-    # Zeros at once, then a second an invocation from pair 2 on: still running at the honest's end.
     slow_zero = (
         'printf("throughput=0\\n"); fflush(stdout); const char *p = getenv("AUTORESEARCH_PAIR");'
-        " if (p && atoi(p) >= 2) { struct timespec z = {1, 0}; nanosleep(&z, 0); }"
+        " if (p && atoi(p) >= 2) { struct timespec z = {0, 10000000};"
+        ' for (int i = 0; i < 100 && access("ar-gate", F_OK) != 0; i++) nanosleep(&z, 0); }'
     )
-    prog.write_text(original.replace(line, slow_zero))
+    prog.write_text(original.replace("#include <time.h>", "#include <time.h>\n#include <unistd.h>", 1)
+                    .replace(line, slow_zero))  # fmt: skip
     try:
         zero = git(target, "diff")
     finally:
         prog.write_text(original)
+
+    def open_the_gate_once_honest_is_decided() -> None:
+        db = ws.db()  # this thread's own connection
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = {e["title"]: e for e in rows(db, "SELECT id, run_id, title, ended_at FROM experiments")}
+            if "honest" in found and "zero" in found and found["honest"]["ended_at"] is not None:
+                zero_exp = found["zero"]
+                tree = ws.worktrees_dir / f"run{zero_exp['run_id']}" / f"exp{zero_exp['id']}" / "b"
+                if tree.is_dir():
+                    (tree / "ar-gate").write_text("open\n")
+                return
+            time.sleep(0.05)
+
+    gate = threading.Thread(target=open_the_gate_once_honest_is_decided, daemon=True)
+    gate.start()
     exps, lines, _ = measure(ws, [("zero", zero), ("honest", make_diff(target, "speedup"))])
+    gate.join(5)
     assert exps["honest"]["status"] == "kept", (exps["honest"], lines)
     assert exps["zero"]["ended_at"] > exps["honest"]["ended_at"], lines  # it ran on past the decision
     assert (exps["zero"]["status"], exps["zero"]["reason"]) == ("crashed", "benchmark"), lines

@@ -1,6 +1,7 @@
-"""The queue at the size of a real fork: 5,000 mined hypotheses from a fork of 5,500 commits
-(tests/runner/queue_support.py), ranked, grouped into families, filtered and paged through the CLI;
-commits of other backends and docs/server/build work left out of the queue but still browsable."""
+"""The queue of a big fork: 1,250 mined hypotheses from a fork of 1,375 commits (tests/runner/
+queue_support.py, TEST_QUEUE; benchmarks/bench_queue.py times 10,000), ranked, grouped into families,
+filtered and paged through the CLI; commits of other backends and docs/server/build work left out of
+the queue but still browsable."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from runner import profile
 from runner.hypotheses import runnable
 from runner.rank import rerank
 from runner.research.miners.forks import FORK_EFFECT
-from tests.runner.queue_support import MinedQueue, copy_queue
+from tests.runner.queue_support import TEST_QUEUE, MinedQueue, copy_queue
 from tui.cli import main
+
+SECONDS = TEST_QUEUE["seconds"]  # fork functions with a second commit: families of two
+QUEUED = TEST_QUEUE["cpu_functions"] + SECONDS + TEST_QUEUE["core"] + TEST_QUEUE["model"]
 
 
 @pytest.fixture
@@ -43,19 +47,19 @@ def part(h: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in h["rank_why"]["parts"] if p["name"] == name)
 
 
-def test_mining_queues_5000_and_leaves_the_rest_browsable(queue_template: MinedQueue, ws: Workspace) -> None:
+def test_mining_queues_1250_and_leaves_the_rest_browsable(queue_template: MinedQueue, ws: Workspace) -> None:
     report, repos = queue_template.report, queue_template.repos
-    assert len(report["fork_added"]) == repos.queued == 5000
-    assert report["left_out"] == {"cuda": 300, "docs": 100, "server": 50, "build": 50}
-    assert report["skipped"] == {"not_target_backend": 300, "skipped_area": 200}
-    assert len(report["rebased"]) == len(repos.soft) and len(report["needs_port"]) == len(repos.hard)
-    assert report["ranked"]["ranked"] == 5000
+    assert len(report["fork_added"]) == repos.queued == QUEUED
+    assert report["left_out"] == {"cuda": 75, "docs": 25, "server": 13, "build": 12}
+    assert report["skipped"] == {"not_target_backend": 75, "skipped_area": 50}
+    assert len(report["rebased"]) == len(repos.soft) > 0 and len(report["needs_port"]) == len(repos.hard) > 0
+    assert report["ranked"]["ranked"] == QUEUED
     db = ws.db()
     counts = dict(db.execute("SELECT status, count(*) FROM hypotheses GROUP BY status").fetchall())
-    assert counts == {"proposed": 5000 - len(repos.hard), "needs_port": len(repos.hard)}
+    assert counts == {"proposed": QUEUED - len(repos.hard), "needs_port": len(repos.hard)}
     # Left out of the queue, still browsable as fork commits.
     listed = json.loads(cli(ws, "kb", "commits", "fast", "--path", "ggml/src/ggml-cuda/", "--json").output)
-    assert len(listed) == 300 and all(c["subject"].startswith("CUDA: faster") for c in listed)
+    assert len(listed) == 75 and all(c["subject"].startswith("CUDA: faster") for c in listed)
     assert not rows(db, "SELECT id FROM hypotheses WHERE title LIKE '%CUDA:%' OR title LIKE '%docs:%'")
     text = cli(ws, "hypotheses", "list", "--backend", "cuda").output
     assert text.strip() == "No hypotheses with backend cuda (`autoresearch hypotheses list` shows them all)."
@@ -99,7 +103,7 @@ def test_a_true_conflict_waits_as_needs_port_and_never_runs(
         in patch["apply_error"]
     )
     ready = {r["hypothesis_id"] for r in runnable(db, require_approval=False)}
-    assert h["id"] not in ready and len(ready) == 5000 - len(queue_template.repos.hard)
+    assert h["id"] not in ready and len(ready) == QUEUED - len(queue_template.repos.hard)
     listed = json.loads(cli(ws, "hypotheses", "list", "--status", "needs_port", "--json").output)
     assert len(listed) == len(queue_template.repos.hard) and {r["apply_status"] for r in listed} == {
         "conflict"
@@ -130,7 +134,7 @@ def test_families_run_their_best_member_first(ws: Workspace) -> None:
     db = ws.db()
     first, second = hyp(ws, "ggml-cpu: unroll cpu_op_5"), hyp(ws, "ggml-cpu: vectorise cpu_op_5")
     assert first["family"] == second["family"] == first["id"]  # the series' first commit names it
-    assert one(db, "SELECT count(*) AS n FROM hypotheses WHERE family IS NOT NULL") == {"n": 2400}
+    assert one(db, "SELECT count(*) AS n FROM hypotheses WHERE family IS NOT NULL") == {"n": 2 * SECONDS}
     lead, waiting = (first, second) if first["rank"] >= second["rank"] else (second, first)
     row = {r.id: r for r in queue_page(db, QueueFilter(search="cpu_op_5"), limit=None).rows}
     assert row[waiting["id"]].waits_behind == lead["id"] and row[lead["id"]].waits_behind is None
@@ -139,7 +143,7 @@ def test_families_run_their_best_member_first(ws: Workspace) -> None:
     waiters = {
         r["id"] for r in rows(db, "SELECT id FROM hypotheses WHERE family IS NOT NULL AND id != family")
     }
-    assert len(waiters) == 1200 and order.index(waiting["id"]) > order.index(lead["id"])
+    assert len(waiters) == SECONDS and order.index(waiting["id"]) > order.index(lead["id"])
     first_waiter = min(order.index(i) for i in waiters)
     assert set(order[first_waiter:]) >= waiters and not waiters & set(order[:first_waiter])
     # Once the leader has been measured, the other member leads.
@@ -154,16 +158,16 @@ def test_families_run_their_best_member_first(ws: Workspace) -> None:
 
 def test_list_pages_filters_and_sorts(ws: Workspace) -> None:
     everything = json.loads(cli(ws, "hypotheses", "list", "--json").output)
-    assert len(everything) == 5000
+    assert len(everything) == QUEUED
     ranks = [h["rank"] for h in everything if not h["waits_behind"]]
     assert ranks == sorted(ranks, reverse=True)  # the queue order: by rank (no person set a priority)
     text = cli(ws, "hypotheses", "list").output.splitlines()
     assert len([line for line in text if line.split()[1:2] in (["proposed"], ["needs_port"])]) == 50
-    assert "1-50 of 5,000 (sorted by rank). 4,950 more: --offset 50 (--limit N for more per page)." in text
+    assert "1-50 of 1,250 (sorted by rank). 1,200 more: --offset 50 (--limit N for more per page)." in text
     page = json.loads(cli(ws, "hypotheses", "list", "--limit", "20", "--offset", "40", "--json").output)
     assert [h["id"] for h in page] == [h["id"] for h in everything[40:60]]
-    last = cli(ws, "hypotheses", "list", "--offset", "4990").output
-    assert "4,991-5,000 of 5,000 (sorted by rank)." in last and "more:" not in last
+    last = cli(ws, "hypotheses", "list", "--offset", "1240").output
+    assert "1,241-1,250 of 1,250 (sorted by rank)." in last and "more:" not in last
 
     def ids(*args: str) -> list[dict[str, Any]]:
         result = cli(ws, "hypotheses", "list", *args, "--json")
@@ -171,15 +175,16 @@ def test_list_pages_filters_and_sorts(ws: Workspace) -> None:
         return list(json.loads(result.output))
 
     core = ids("--path", "ggml/src/ggml.c")
-    assert len(core) == 100 and all("core: simplify" in h["title"] for h in core)
-    assert len(ids("--path", "ggml/src/ggml-cpu")) == len(ids("--path", "ggml/src/ggml-cpu/")) == 4800
-    assert len(ids("--backend", "cpu")) == 4800  # core and model code belong to no backend
+    assert len(core) == TEST_QUEUE["core"] and all("core: simplify" in h["title"] for h in core)
+    cpu = TEST_QUEUE["cpu_functions"] + SECONDS
+    assert len(ids("--path", "ggml/src/ggml-cpu")) == len(ids("--path", "ggml/src/ggml-cpu/")) == cpu
+    assert len(ids("--backend", "cpu")) == cpu  # core and model code belong to no backend
     found = ids("--search", "vectorise", "--status", "proposed")
-    assert len(found) == 1200 and all("vectorise" in h["title"] for h in found)
+    assert len(found) == SECONDS and all("vectorise" in h["title"] for h in found)
     assert len(ids("--search", "RTX")) == 0  # the CUDA commits' words: not queued
     by_claim = ids("--search", "TG 12% faster", "--limit", "5")
     assert by_claim and all(h["expected_effect"] == 0.12 for h in by_claim)  # found in the cited evidence
-    assert len(ids("--outcome", "none")) == 5000 and len(ids("--origin", "fork")) == 5000
+    assert len(ids("--outcome", "none")) == QUEUED and len(ids("--origin", "fork")) == QUEUED
     assert ids("--origin", "gap") == []
     effect = ids("--sort", "effect", "--limit", "3")
     assert [h["expected_effect"] for h in effect] == [0.12, 0.12, 0.12]
@@ -217,12 +222,16 @@ def test_a_profile_ranks_the_hot_functions_first(ws: Workspace) -> None:
     found = profile.shares([{"cpu_op_3": 0.38, "void ns::cpu_op_4(float*, int) [clone .lto]": 0.06}])
     assert profile.record(db, baseline, found, "validate") == 2
     result = cli(ws, "hypotheses", "rank")
-    assert result.exit_code == 0 and "Ranked 5000 hypotheses" in result.output
+    assert result.exit_code == 0 and f"Ranked {QUEUED} hypotheses" in result.output
     top = json.loads(cli(ws, "hypotheses", "list", "--limit", "1", "--json").output)
-    assert top[0]["title"].endswith(": ggml-cpu: unroll cpu_op_3")
-    # Its follow-up touches the same hot function, and waits behind it (a family).
-    follow = hyp(ws, "ggml-cpu: vectorise cpu_op_3")
-    assert part(follow, "hot")["points"] == 20 and follow["family"] == top[0]["id"]
+    # The hot function's two commits (a family: the newer ranks a little higher here) lead the
+    # queue: one first, the other waiting behind it.
+    family = [hyp(ws, f"ggml-cpu: {verb} cpu_op_3") for verb in ("unroll", "vectorise")]
+    [follow] = [h for h in family if h["id"] != top[0]["id"]]
+    assert top[0]["id"] in {h["id"] for h in family} and top[0]["waits_behind"] is None
+    listed = json.loads(cli(ws, "hypotheses", "list", "--search", "cpu_op_3", "--json").output)
+    assert next(h for h in listed if h["id"] == follow["id"])["waits_behind"] == top[0]["id"]
+    assert part(follow, "hot")["points"] == 20 and follow["family"] == family[0]["id"]
     hot = next(p for p in top[0]["rank_why"]["parts"] if p["name"] == "hot")
     assert hot["points"] == 20 and "cpu_op_3 (38%) of the baseline's profile" in hot["why"]
     four = hyp(ws, "ggml-cpu: unroll cpu_op_4")

@@ -88,7 +88,9 @@ def assert_clean(ws: Workspace, run_id: int) -> None:
 
 @pytest.mark.slow
 def test_a_run_gives_every_status_its_due(tmp_path: Path) -> None:
-    ws, target = make_workspace(tmp_path)
+    # Checks get 5 s: the hanging candidate's are ended at that limit (its core busy, and the
+    # other worker's pairs waiting on the machine lock, for 5 s rather than the usual 30).
+    ws, target = make_workspace(tmp_path, timeouts={"check": 5})
     names = ["wrong", "slowdown", "inflate", "hang", "nan", "noisy", "stale", "noop", "speedup"]
     patches = queue(ws, target, names)
     lines: list[str] = []

@@ -1,4 +1,4 @@
-"""The Hypotheses pane on a queue of 5,000 mined hypotheses: pages, the order key, the status key and
+"""The Hypotheses pane on a queue of 1,250 mined hypotheses: pages, the order key, the status key and
 the filter bar show what `autoresearch hypotheses list` shows (one query: kb.store.queue)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def keys(table: PagedTable) -> list[int]:
 
 
 @async_test
-async def test_paging_sorting_and_filtering_5000(
+async def test_paging_sorting_and_filtering_1250(
     app_on: AppFactory, queue_template: MinedQueue, tmp_path: Path
 ) -> None:
     ws = copy_queue(queue_template, tmp_path / "ws")
@@ -33,7 +33,7 @@ async def test_paging_sorting_and_filtering_5000(
         table = screen.query_one("#hyp-table", PagedTable)
         size = app.page_size
         expected = queue_page(db, QueueFilter(), limit=size)
-        assert table.page_total == 5000 and keys(table) == [r.id for r in expected.rows]
+        assert table.page_total == 1250 and keys(table) == [r.id for r in expected.rows]
         assert "by rank" in str(table.border_title)
         await pilot.press("right_square_bracket")  # next page
         await settle(pilot)
@@ -50,7 +50,7 @@ async def test_paging_sorting_and_filtering_5000(
         await pilot.press("f")  # the filter bar
         assert app.focused is not None and app.focused.id == "hyp-filter"
         await pilot.press(*"backend:cpu vectorise")
-        await until(pilot, lambda: table.page_total == 1200, what="the filtered queue")
+        await until(pilot, lambda: table.page_total == 300, what="the filtered queue")
         await settle(pilot)
         await pilot.press("enter")  # back to the table
         assert app.focused is table
@@ -66,7 +66,7 @@ async def test_paging_sorting_and_filtering_5000(
         # The status key narrows the filtered queue; a bad filter value says why and keeps the last.
         await pilot.press("s")  # proposed
         await settle(pilot)
-        assert table.page_total == 1200
+        assert table.page_total == 300
         for _ in range(5):  # approved, rejected, patched, unpatchable, needs_port
             await pilot.press("s")
             await settle(pilot)

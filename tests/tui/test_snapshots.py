@@ -1,12 +1,15 @@
 """Snapshots of the main screens at 80x24 and 120x40 on the fixture workspace.
 
-Rendering changes between Textual releases, so the SVGs are only compared under the Textual the
-project pins (pyproject.toml); update them with `pytest tests/tui/test_snapshots.py
+Rendering changes between Textual releases, so the SVGs are recorded under the Textual the project
+pins (pyproject.toml); under any other one the first test here fails and says so (no skip: a
+mismatch would hide every screen's changes). Update them with `pytest tests/tui/test_snapshots.py
 --snapshot-update` after a deliberate change, and look at snapshot_report.html when one fails.
 """
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,13 +21,22 @@ from textual.pilot import Pilot
 from tests.tui.fixtures import TuiFixture
 from tests.tui.helpers import AppFactory, settle
 
-PINNED_TEXTUAL = "8.2.8"
 SIZES = [(80, 24), (120, 40)]
 
-pytestmark = pytest.mark.skipif(
-    textual.__version__ != PINNED_TEXTUAL,
-    reason=f"snapshots are recorded with Textual {PINNED_TEXTUAL}, not {textual.__version__}",
-)
+
+def pinned_textual() -> str:
+    """The `textual==X` pin of pyproject.toml's dependencies: the Textual the SVGs were recorded with."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    [pin] = [m[1] for d in pyproject["project"]["dependencies"] if (m := re.fullmatch(r"textual==(\S+)", d))]
+    return pin
+
+
+def test_the_snapshots_run_under_the_pinned_textual() -> None:
+    assert textual.__version__ == pinned_textual(), (
+        f"the snapshots are recorded with Textual {pinned_textual()} (pyproject.toml), "
+        f"this is {textual.__version__}: install the pin, or re-record them after upgrading it"
+    )
+
 
 Snap = Callable[..., bool]
 
