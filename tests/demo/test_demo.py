@@ -185,6 +185,18 @@ def test_demo_decisions_follow_the_code(demo_cli: dict[str, Any]) -> None:
     _assert_expected(_decisions(demo_cli["db"], demo_cli["fork"]))
 
 
+def test_redecide_replays_every_look_the_demo_recorded(demo_cli: dict[str, Any]) -> None:
+    """The loop and `redecide` are one judge: every look the demo's run recorded, judged again from
+    the stored samples with its policy and its wave (`redecide --check`), comes out the same."""
+    from runner.record.redecide import check
+
+    result = check(demo_cli["db"], "demo")
+    assert result.replays and not result.mismatches, [r.to_json() for r in result.mismatches]
+    assert result.unchecked == 0 and not result.unverifiable
+    verdicts = {r.replayed.verdict for r in result.replays if r.replayed is not None}
+    assert {"keep", "discard"} <= verdicts  # it replays the winners and the losers alike
+
+
 def test_winners_trace_back_to_their_fork_commits(demo_cli: dict[str, Any]) -> None:
     db, directory, fork = demo_cli["db"], demo_cli["dir"], demo_cli["fork"]
     decisions = _decisions(db, fork)
