@@ -52,16 +52,24 @@ AR_OUTPUT_MAX=${AUTORESEARCH_STEP_OUTPUT_MAX:-67108864}
 # A step's output reaches the log line by line as it is printed (the console follows a build
 # live): fold would write into its pipe in 4 KiB blocks, so it runs line-buffered where stdbuf is,
 # and mawk reads its input in blocks unless interactive.
+# mawk reads a record only up to a NUL byte when interactive, so NULs are shown as ^A (0x01) first:
+# a step's line keeps its length (the 64 MiB cap counts it) and a marker behind a NUL stays behind it.
 if command -v fold > /dev/null; then AR_FOLD=(fold -b -w 65536); else AR_FOLD=(cat); fi
-if [ "${AR_FOLD[0]}" = fold ] && command -v stdbuf > /dev/null; then AR_FOLD=(stdbuf -oL "${AR_FOLD[@]}"); fi
+AR_NUL=(cat)
 AR_AWK=(awk)
-awk -W version 2> /dev/null | grep -q mawk && AR_AWK=(awk -W interactive)
+if [ "${AR_FOLD[0]}" = fold ] && command -v stdbuf > /dev/null; then
+  AR_FOLD=(stdbuf -oL "${AR_FOLD[@]}")
+  if awk -W version 2> /dev/null | grep -q mawk; then
+    AR_NUL=(stdbuf -oL tr '\000' '\001')
+    AR_AWK=(awk -W interactive)
+  fi
+fi
 # Under the uid method, the most processes (and threads) the steps' user may have at once: a fork
 # bomb in a build stops there, before the machine runs out of process ids or memory.
 AR_NPROC=${AUTORESEARCH_STEP_NPROC:-4096}
 [[ $AR_NPROC =~ ^[1-9][0-9]*$ ]] || AR_NPROC=4096
 ar_escape() {
-  "${AR_FOLD[@]}" | LC_ALL=C "${AR_AWK[@]}" -v max="$AR_OUTPUT_MAX" '{
+  LC_ALL=C "${AR_NUL[@]}" | "${AR_FOLD[@]}" | LC_ALL=C "${AR_AWK[@]}" -v max="$AR_OUTPUT_MAX" '{
     n += length($0) + 1
     if (n > max) {
       if (!cut) { print "autoresearch: the step printed more than " max " bytes; the rest is not logged"; cut = 1; fflush() }
